@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole quality gate: lint, format, types, import contracts, tests.
+# Called by the README's test command and by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "== ruff"; python3 -m ruff check .
+echo "== ruff format"; python3 -m ruff format --check .
+echo "== mypy --strict"; python3 -m mypy
+echo "== import contracts"; lint-imports
+echo "== pytest"
+set +e
+python3 -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$rc"

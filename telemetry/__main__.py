@@ -1,0 +1,7 @@
+"""``python -m telemetry`` is the ``kip714`` command."""
+
+from __future__ import annotations
+
+from telemetry.cli import main
+
+raise SystemExit(main())
