@@ -96,6 +96,7 @@ class ClientQuotaManager:
         # resolution and the name formatting on every record.
         self._sensor_cache: dict[tuple[str, str], ClientSensors] = {}
         self._cache_generation = self.metrics.removals
+        self._configs_by_bound: dict[float, MetricConfig] = {}
         group = quota_type.value
         self._delay_queue_sensor = self.metrics.sensor(f"{group}-delayQueue", 0)
         self._delay_queue_sensor.add(MetricName("queue-size", group), CumulativeSum())
@@ -232,7 +233,8 @@ class ClientQuotaManager:
             )
             if not throttle_sensor.metrics:
                 throttle_sensor.add(
-                    MetricName("throttle-time", group, self._tag_pairs(tags)), Avg()
+                    MetricName("throttle-time", group, quota_sensor.metrics[0].metric_name.tags),
+                    Avg(),
                 )
             sensors = ClientSensors(tags, quota_sensor, throttle_sensor)
             self._sensor_cache[key] = sensors
@@ -249,11 +251,16 @@ class ClientQuotaManager:
         return self._metric_config(limit.bound if limit is not None else UNLIMITED)
 
     def _metric_config(self, bound: float) -> MetricConfig:
-        return MetricConfig(
-            samples=self.samples,
-            time_window_ms=self.window_size_ms,
-            quota=Quota.upper_bound(bound),
-        )
+        """One shared (immutable) config per bound: thousands of clients share a few limits."""
+        config = self._configs_by_bound.get(bound)
+        if config is None:
+            config = MetricConfig(
+                samples=self.samples,
+                time_window_ms=self.window_size_ms,
+                quota=Quota.upper_bound(bound),
+            )
+            self._configs_by_bound[bound] = config
+        return config
 
     def _throttle_time(self, violation: QuotaViolationError, now_ms: int) -> int:
         return throttle_time_ms(violation, now_ms)

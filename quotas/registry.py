@@ -27,6 +27,7 @@ class Metrics:
         self._metrics: dict[MetricName, Metric] = {}
         self._children: dict[str, list[Sensor]] = {}
         self._lock = threading.RLock()
+        self._record_lock = threading.Lock()
         #: Counts sensor removals, so holders of sensor references know to look again.
         self.removals = 0
 
@@ -54,6 +55,7 @@ class Metrics:
                 inactive_expiration_ms,
                 created_ms=now_ms,
                 on_add=self._register_metric,
+                lock=self._record_lock,
             )
             self._sensors[name] = created
             for parent in parent_tuple:

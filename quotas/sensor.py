@@ -63,6 +63,7 @@ class Sensor:
         *,
         created_ms: int = 0,
         on_add: Callable[[Metric], None] | None = None,
+        lock: threading.Lock | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -73,7 +74,9 @@ class Sensor:
         # here, the creator passes it (the registry does).
         self._last_record_ms = created_ms
         self._metrics: list[Metric] = []
-        self._lock = threading.Lock()
+        # A registry hands all its sensors one lock: under the GIL recording
+        # is serialized anyway, and a lock per sensor costs memory per client.
+        self._lock = lock if lock is not None else threading.Lock()
         self._on_add = on_add
 
     @property
@@ -144,8 +147,15 @@ class Sensor:
                 continue
             stat = metric.stat
             value = stat.measure(config, now_ms)
-            # A token bucket is in quota down to exactly zero tokens.
-            if value < 0 if isinstance(stat, TokenBucket) else not quota.acceptable(value):
+            # A token bucket is in quota down to exactly zero tokens; otherwise
+            # Quota.acceptable, inlined (equality is within quota).
+            if isinstance(stat, TokenBucket):
+                violated = value < 0
+            elif quota.upper:
+                violated = not value <= quota.bound
+            else:
+                violated = not value >= quota.bound
+            if violated:
                 raise QuotaViolationError(metric.metric_name, value, quota.bound, stat, config)
 
     def __repr__(self) -> str:

@@ -14,6 +14,8 @@ from typing import Protocol, runtime_checkable
 
 from quotas.config import MetricConfig, TimeUnit
 
+_NO_START = 2**63  # later than any sample's start
+
 
 @runtime_checkable
 class MeasurableStat(Protocol):
@@ -72,7 +74,11 @@ class SampledStat:
             samples.append(sample)
         else:
             sample = samples[self._current]
-        if sample.is_complete(now_ms, config):
+        # Sample.is_complete, inlined: this is the hot path of every quota check.
+        if (
+            now_ms - sample.start_time_ms >= config.time_window_ms
+            or sample.event_count >= config.event_window
+        ):
             sample = self._advance(config, now_ms)
         self.update(sample, value)
         sample.event_count += 1
@@ -235,10 +241,11 @@ class Rate:
     whole quota window instead of being measured over a few milliseconds.
     """
 
-    __slots__ = ("_last_config", "stat", "unit")
+    __slots__ = ("_last_config", "_unit_ms", "stat", "unit")
 
     def __init__(self, unit: TimeUnit = TimeUnit.SECONDS, stat: SampledStat | None = None) -> None:
         self.unit = unit
+        self._unit_ms = int(unit)  # enum attribute access is slow on the hot path
         self.stat: SampledStat = stat if stat is not None else WindowedSum()
         self._last_config: MetricConfig | None = None
 
@@ -254,11 +261,41 @@ class Rate:
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self._last_config = config
         stat = self.stat
-        # Kafka purges twice (in the stat's measure and in windowSize); the
-        # second purge can change nothing, so purge once.
+        if type(stat) is WindowedSum or type(stat) is WindowedCount:
+            return self._measure_sum(stat, config, now_ms)
+        return self._measure_general(stat, config, now_ms)
+
+    def _measure_sum(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
+        """Purge, sum and find the oldest start in one pass: Kafka's numbers, less work."""
+        samples = stat.samples
+        if not samples:
+            return self._measure_general(stat, config, now_ms)
+        expire_age = config.samples * config.time_window_ms
+        total = 0.0
+        oldest_start = _NO_START
+        for sample in samples:
+            if now_ms - sample.last_event_ms >= expire_age:
+                sample.reset(now_ms)
+            total += sample.value
+            if sample.start_time_ms < oldest_start:  # noqa: PLR1730 - min() costs a call per sample
+                oldest_start = sample.start_time_ms
+        window_ms = config.time_window_ms
+        total_elapsed_ms = now_ms - oldest_start
+        full_windows = (
+            total_elapsed_ms // window_ms
+            if total_elapsed_ms >= 0
+            else -(-total_elapsed_ms // window_ms)
+        )
+        min_full_windows = config.samples - 1
+        if full_windows < min_full_windows:
+            total_elapsed_ms += (min_full_windows - full_windows) * window_ms
+        return total / (max(total_elapsed_ms, 1) / self._unit_ms)
+
+    def _measure_general(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
+        """Kafka's steps; it purges twice (stat measure, windowSize), the second changes nothing."""
         stat.purge_obsolete_samples(config, now_ms)
         value = stat.combine(config, now_ms)
-        return value / self.unit.convert_ms(self._window_size_after_purge(config, now_ms))
+        return value / (self._window_size_after_purge(config, now_ms) / self._unit_ms)
 
     def window_size(self, config: MetricConfig, now_ms: int) -> int:
         """Milliseconds the measured value is spread over (Kafka's ``Rate.windowSize``)."""
