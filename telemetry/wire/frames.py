@@ -1,0 +1,196 @@
+"""Whole frames: dispatch on the header, decode the body, encode with the size prefix.
+
+This is the codec's entry point for the listener. A Kafka frame is an INT32
+size followed by that many bytes of header and body; the listener reads the
+prefix with :func:`parse_size_prefix` (which enforces the configured frame
+limit before any allocation, like Kafka's ``InvalidReceiveException``) and
+hands the rest to :func:`decode_request`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final
+
+from telemetry.wire.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from telemetry.wire.apis import SUPPORTED_VERSIONS, ApiKey
+from telemetry.wire.errors import (
+    MalformedFrameError,
+    UnsupportedApiKeyError,
+    UnsupportedVersionError,
+)
+from telemetry.wire.headers import (
+    RequestHeader,
+    read_request_header_prefix,
+    read_response_header,
+    response_header_version,
+    write_request_header,
+    write_response_header,
+)
+from telemetry.wire.metadata import MetadataRequest, MetadataResponse
+from telemetry.wire.primitives import Reader, Writer
+from telemetry.wire.telemetry_messages import (
+    GetTelemetrySubscriptionsRequest,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryRequest,
+    PushTelemetryResponse,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+Request = (
+    ApiVersionsRequest | MetadataRequest | GetTelemetrySubscriptionsRequest | PushTelemetryRequest
+)
+Response = (
+    ApiVersionsResponse
+    | MetadataResponse
+    | GetTelemetrySubscriptionsResponse
+    | PushTelemetryResponse
+)
+
+SIZE_PREFIX: Final = struct.Struct(">i")
+"""The INT32 length that precedes every request and response."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Codec:
+    read_request: Callable[[Reader, int], Request]
+    request_type: type[Request]
+    read_response: Callable[[Reader, int], Response]
+    response_type: type[Response]
+
+
+_CODECS: Final = MappingProxyType(
+    {
+        int(ApiKey.API_VERSIONS): _Codec(
+            ApiVersionsRequest.read,
+            ApiVersionsRequest,
+            ApiVersionsResponse.read,
+            ApiVersionsResponse,
+        ),
+        int(ApiKey.METADATA): _Codec(
+            MetadataRequest.read, MetadataRequest, MetadataResponse.read, MetadataResponse
+        ),
+        int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS): _Codec(
+            GetTelemetrySubscriptionsRequest.read,
+            GetTelemetrySubscriptionsRequest,
+            GetTelemetrySubscriptionsResponse.read,
+            GetTelemetrySubscriptionsResponse,
+        ),
+        int(ApiKey.PUSH_TELEMETRY): _Codec(
+            PushTelemetryRequest.read,
+            PushTelemetryRequest,
+            PushTelemetryResponse.read,
+            PushTelemetryResponse,
+        ),
+    }
+)
+
+
+def parse_size_prefix(prefix: bytes, max_frame_bytes: int) -> int:
+    """The size of the frame that follows, refusing negative and oversized ones.
+
+    Checked before reading the frame so a hostile length cannot make the
+    listener buffer gigabytes.
+    """
+    if len(prefix) != SIZE_PREFIX.size:
+        raise MalformedFrameError(f"size prefix must be 4 bytes, got {len(prefix)}")
+    (size,) = SIZE_PREFIX.unpack(prefix)
+    if size < 0:
+        raise MalformedFrameError(f"negative frame size {size}")
+    if size > max_frame_bytes:
+        raise MalformedFrameError(f"frame of {size} bytes exceeds the limit of {max_frame_bytes}")
+    return int(size)
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Request]:
+    """Decode one request frame (the bytes after the size prefix).
+
+    Raises:
+        MalformedFrameError: the bytes are not a well-formed request.
+        UnsupportedApiKeyError: the api key is not one of :class:`ApiKey`.
+        UnsupportedVersionError: a known key at a version kip714 does not
+            advertise; for ApiVersions, answer with
+            :func:`unsupported_api_versions_response` encoded as v0.
+    """
+    reader = Reader(frame if isinstance(frame, bytes) else bytes(frame))
+    header = read_request_header_prefix(reader)
+    codec = _CODECS.get(header.api_key)
+    if codec is None:
+        raise UnsupportedApiKeyError(header)
+    supported = SUPPORTED_VERSIONS[header.api_key]
+    version = header.api_version
+    if not supported.min_version <= version <= supported.max_version:
+        raise UnsupportedVersionError(header)
+    if version >= supported.flexible_since:
+        reader.tagged_fields()  # request header v2 (KIP-482)
+    request = codec.read_request(reader, version)
+    reader.expect_end()
+    return header, request
+
+
+def _codec_for(api_key: int, version: int) -> _Codec:
+    codec = _CODECS.get(api_key)
+    if codec is None:
+        raise ValueError(f"unsupported api key {api_key}")
+    if version not in SUPPORTED_VERSIONS[api_key]:
+        raise ValueError(f"unsupported version {version} of api key {api_key}")
+    return codec
+
+
+def encode_response(
+    header_or_correlation_id: RequestHeader | int,
+    api_key: int,
+    version: int,
+    response: Response,
+) -> bytes:
+    """The full response frame, size prefix included, ready for the socket.
+
+    ``version`` is the version to encode, normally the request's; the answer to
+    an unsupported ApiVersions version is encoded as v0. ApiVersions always gets
+    response header v0, every other flexible response header v1.
+    """
+    codec = _codec_for(api_key, version)
+    if not isinstance(response, codec.response_type):
+        raise TypeError(f"{type(response).__name__} is not a response for api key {api_key}")
+    correlation_id = (
+        header_or_correlation_id.correlation_id
+        if isinstance(header_or_correlation_id, RequestHeader)
+        else header_or_correlation_id
+    )
+    writer = Writer()
+    writer.reserve_size_prefix()
+    write_response_header(writer, correlation_id, response_header_version(api_key, version))
+    response.write(writer, version)
+    return writer.size_prefixed()
+
+
+def encode_request(header: RequestHeader, request: Request) -> bytes:
+    """The full request frame, size prefix included (tests, load generators)."""
+    codec = _codec_for(header.api_key, header.api_version)
+    if not isinstance(request, codec.request_type):
+        raise TypeError(f"{type(request).__name__} is not a request for api key {header.api_key}")
+    writer = Writer()
+    writer.reserve_size_prefix()
+    write_request_header(writer, header)
+    request.write(writer, header.api_version)
+    return writer.size_prefixed()
+
+
+def decode_response(
+    frame: bytes | bytearray | memoryview, api_key: int, version: int
+) -> tuple[int, Response]:
+    """Decode a response frame (after the size prefix) into its correlation id and body.
+
+    The caller names the key and version, as a client does from the request it
+    sent: a response header does not say what it answers.
+    """
+    codec = _codec_for(api_key, version)
+    reader = Reader(frame if isinstance(frame, bytes) else bytes(frame))
+    correlation_id = read_response_header(reader, response_header_version(api_key, version))
+    response = codec.read_response(reader, version)
+    reader.expect_end()
+    return correlation_id, response
