@@ -10,6 +10,7 @@ refusal names exactly one of them.
     TelemetryError
      ├── InvalidRequestError              42
      ├── InvalidConfigError               40
+     │    └── ConfigError                 40  (a bad server setting: names key and value)
      ├── UnsupportedCompressionTypeError  76
      ├── InvalidRecordError               87
      ├── ThrottlingQuotaExceededError     89
@@ -52,6 +53,16 @@ class InvalidRequestError(TelemetryError):
 
 class InvalidConfigError(TelemetryError, ValueError):
     error_code = ErrorCode.INVALID_CONFIG
+
+
+class ConfigError(InvalidConfigError):
+    """A server setting refused at start-up; the message names the key and the value."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"{key}: invalid value {value!r}: {reason}")
+        self.key = key
+        self.value = value
+        self.reason = reason
 
 
 class UnsupportedCompressionTypeError(TelemetryError):

@@ -1,0 +1,117 @@
+"""Kafka's ``Uuid`` (``org.apache.kafka.common.Uuid``) as a Python value type.
+
+KIP-714 identifies a client instance by a Kafka ``Uuid``, and three of its
+behaviours leak into the protocol, so they are reproduced bit for bit rather
+than borrowed from :mod:`uuid`:
+
+* the string form is URL-safe base64 of the 16 big-endian bytes without
+  padding (22 characters), not the hyphenated RFC 4122 form; it is the
+  ``client_instance_id`` attribute that subscription ``match`` regexes see;
+* ``hashCode`` (``(int)(x >> 32) ^ (int)x`` with ``x = msb ^ lsb``) is XOR-ed
+  into the subscription id, so a different broker computes the same id;
+* ZERO (0, 0) and ONE (0, 1) are reserved: a push carrying either is refused,
+  and the broker never hands them out, nor ids whose string starts with ``-``
+  (they would read as command-line options in Kafka's tools).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["ONE_UUID", "RESERVED", "ZERO_UUID", "Uuid"]
+
+_U64: Final = (1 << 64) - 1
+# Java's URL-safe decoder accepts the 22 significant characters with or
+# without the two '=' of padding, and nothing outside the URL-safe alphabet.
+_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]{22}(?:==)?")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Uuid:
+    """A 128-bit id held as two unsigned 64-bit halves.
+
+    Ordering compares the halves as unsigned numbers, as Kafka's
+    ``compareTo`` does with ``Long.compareUnsigned``.
+    """
+
+    most_significant_bits: int
+    least_significant_bits: int
+
+    def __post_init__(self) -> None:
+        for half in (self.most_significant_bits, self.least_significant_bits):
+            if not 0 <= half <= _U64:
+                raise ValueError(f"Uuid half {half} is not an unsigned 64-bit value")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Uuid:
+        """Build from the 16 bytes of the wire form (two big-endian int64)."""
+        if len(data) != 16:
+            raise ValueError(f"a Uuid is 16 bytes, got {len(data)}")
+        return cls(int.from_bytes(data[:8], "big"), int.from_bytes(data[8:], "big"))
+
+    @classmethod
+    def from_signed(cls, msb: int, lsb: int) -> Uuid:
+        """Build from Java's signed ``long`` halves, as Kafka's tests write them."""
+        return cls(msb & _U64, lsb & _U64)
+
+    @classmethod
+    def parse(cls, text: str) -> Uuid:
+        """Parse the base64 form (``Uuid.fromString``).
+
+        Raises:
+            ValueError: not 22 URL-safe base64 characters (optionally padded).
+        """
+        if len(text) > 24:
+            raise ValueError(f"input string with prefix {text[:24]!r} is too long for a Uuid")
+        if _BASE64URL.fullmatch(text) is None:
+            raise ValueError(f"input string {text!r} is not a base64url-encoded Uuid")
+        return cls.from_bytes(base64.urlsafe_b64decode(text[:22] + "=="))
+
+    @classmethod
+    def random(cls, random_bytes: Callable[[int], bytes] = os.urandom) -> Uuid:
+        """A version-4 id that Kafka's ``Uuid.randomUuid`` could also return.
+
+        Like Kafka, redraws reserved ids and ids whose string starts with
+        ``-``. ``random_bytes`` is injectable so tests can force the redraws.
+        """
+        while True:
+            raw = bytearray(random_bytes(16))
+            # java.util.UUID.randomUUID: version 4 in the high nibble of
+            # byte 6, IETF variant (10xx) in byte 8.
+            raw[6] = (raw[6] & 0x0F) | 0x40
+            raw[8] = (raw[8] & 0x3F) | 0x80
+            candidate = cls.from_bytes(bytes(raw))
+            if candidate not in RESERVED and not str(candidate).startswith("-"):
+                return candidate
+
+    def to_bytes(self) -> bytes:
+        """The 16-byte wire form."""
+        return self.most_significant_bits.to_bytes(8, "big") + self.least_significant_bits.to_bytes(
+            8, "big"
+        )
+
+    def java_hash_code(self) -> int:
+        """Java's ``Uuid.hashCode()`` as a signed int32."""
+        x = self.most_significant_bits ^ self.least_significant_bits
+        folded = ((x >> 32) ^ x) & 0xFFFFFFFF
+        return folded - (1 << 32) if folded & 0x80000000 else folded
+
+    @property
+    def is_reserved(self) -> bool:
+        return self in RESERVED
+
+    def __str__(self) -> str:
+        return base64.urlsafe_b64encode(self.to_bytes()).rstrip(b"=").decode("ascii")
+
+    def __repr__(self) -> str:
+        return f"Uuid({str(self)!r})"
+
+
+ZERO_UUID: Final = Uuid(0, 0)
+ONE_UUID: Final = Uuid(0, 1)
+RESERVED: Final = frozenset({ZERO_UUID, ONE_UUID})

@@ -1,0 +1,249 @@
+"""Bounded decompression of PushTelemetry payloads.
+
+A push is at most ``telemetry.max.bytes`` on the wire, but a compressed
+payload can expand a thousandfold, so every codec here stops producing output
+one byte past ``max_bytes`` and reports TELEMETRY_TOO_LARGE (118). That is
+the newest Kafka's answer too (KAFKA-21076): a retryable error, unlike
+INVALID_RECORD (87), which clients take as "stop sending telemetry for good"
+and which we keep for data that is corrupt.
+
+What real clients send (librdkafka-client-behaviour.md §6): zstd frames
+*without* a content size (streaming output), raw snappy blocks from
+librdkafka but xerial-framed snappy from Java clients, LZ4 frames, gzip
+(librdkafka uses level 0). All are accepted here.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import zlib
+from typing import Final
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
+
+__all__ = ["ADVERTISED_COMPRESSION_TYPES", "CompressionType", "decompress"]
+
+
+class CompressionType(enum.IntEnum):
+    """Kafka's compression ids (``CompressionType.java``)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+# The broker's preference order in GetTelemetrySubscriptions; clients take the
+# first one they support. NONE is not listed yet still accepted on push.
+ADVERTISED_COMPRESSION_TYPES: Final = (
+    CompressionType.ZSTD,
+    CompressionType.LZ4,
+    CompressionType.GZIP,
+    CompressionType.SNAPPY,
+)
+
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE: Final = 16  # magic, int32 version, int32 minimum compatible version
+_CHUNK: Final = 64 * 1024
+# A zstd decoder allocates the window its frame header asks for. Frames
+# without a content size get the encoder's window for its level (2 MiB at
+# the default level 3, 8 MiB at level 19), so allow that much, or the bound
+# if larger, and never more than zstd's own default limit.
+_MIN_ZSTD_WINDOW: Final = 8 * 1024 * 1024
+_MAX_ZSTD_WINDOW: Final = 128 * 1024 * 1024
+
+
+def decompress(compression_type: CompressionType, data: bytes, max_bytes: int) -> bytes:
+    """Decompress ``data``, refusing output longer than ``max_bytes``.
+
+    Raises:
+        TelemetryTooLargeError: the output would exceed ``max_bytes``.
+        InvalidRecordError: the data is corrupt or truncated for its codec.
+    """
+    if max_bytes < 0:
+        raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+    if compression_type is CompressionType.NONE:
+        _check_size(len(data), max_bytes)
+        return data
+    if not data:
+        raise InvalidRecordError(f"empty {compression_type.name} payload")
+    if compression_type is CompressionType.GZIP:
+        return _gunzip(data, max_bytes)
+    if compression_type is CompressionType.SNAPPY:
+        if data.startswith(_XERIAL_MAGIC):
+            return _unsnappy_xerial(data, max_bytes)
+        return _snappy_block(data, max_bytes)
+    if compression_type is CompressionType.LZ4:
+        return _unlz4(data, max_bytes)
+    return _unzstd(data, max_bytes)
+
+
+def _check_size(size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise TelemetryTooLargeError(
+            f"decompressed telemetry exceeds the limit of {max_bytes} bytes"
+        )
+
+
+def _gunzip(data: bytes, max_bytes: int) -> bytes:
+    # Java's GZIPInputStream reads concatenated members; so do we.
+    out = bytearray()
+    remaining = data
+    while True:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        pending = remaining
+        try:
+            while not inflater.eof:
+                out += inflater.decompress(pending, max_bytes + 1 - len(out))
+                _check_size(len(out), max_bytes)
+                pending = inflater.unconsumed_tail
+                if not pending and not inflater.eof:
+                    # Output may still be buffered inside zlib; an empty call drains it.
+                    drained = inflater.decompress(b"", max_bytes + 1 - len(out))
+                    out += drained
+                    _check_size(len(out), max_bytes)
+                    if not drained and not inflater.eof:
+                        raise InvalidRecordError("truncated gzip payload")
+        except zlib.error as error:
+            raise InvalidRecordError(f"corrupt gzip payload: {error}") from error
+        remaining = inflater.unused_data
+        if not remaining:
+            return bytes(out)
+
+
+def _snappy_preamble(block: bytes) -> int:
+    """The uncompressed length a raw snappy block declares (a little-endian varint)."""
+    value = 0
+    for index, byte in enumerate(block[:5]):
+        value |= (byte & 0x7F) << (7 * index)
+        if not byte & 0x80:
+            return value
+    raise InvalidRecordError("corrupt snappy block: bad length preamble")
+
+
+def _snappy_block(block: bytes, budget: int) -> bytes:
+    # The preamble is checked before decompressing, so a block claiming
+    # gigabytes never gets a buffer allocated for it.
+    _check_size(_snappy_preamble(block), budget)
+    try:
+        out = bytes(cramjam.snappy.decompress_raw(block))
+    except cramjam.DecompressionError as error:
+        raise InvalidRecordError(f"corrupt snappy block: {error}") from error
+    _check_size(len(out), budget)
+    return out
+
+
+def _unsnappy_xerial(data: bytes, max_bytes: int) -> bytes:
+    """Xerial snappy-java framing: a 16-byte header, then (int32 length, raw block)*."""
+    if len(data) < _XERIAL_HEADER_SIZE:
+        raise InvalidRecordError("truncated xerial snappy header")
+    out = bytearray()
+    position = _XERIAL_HEADER_SIZE
+    while position < len(data):
+        if position + 4 > len(data):
+            raise InvalidRecordError("truncated xerial snappy block length")
+        length = int.from_bytes(data[position : position + 4], "big", signed=True)
+        position += 4
+        if length <= 0 or position + length > len(data):
+            raise InvalidRecordError(f"bad xerial snappy block length {length}")
+        out += _snappy_block(data[position : position + length], max_bytes - len(out))
+        position += length
+    return bytes(out)
+
+
+def _unlz4(data: bytes, max_bytes: int) -> bytes:
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    try:
+        out = bytearray(decompressor.decompress(data, max_length=max_bytes + 1))
+        _check_size(len(out), max_bytes)
+        while not decompressor.eof and not decompressor.needs_input:
+            more = decompressor.decompress(b"", max_length=max_bytes + 1 - len(out))
+            if not more:
+                break
+            out += more
+            _check_size(len(out), max_bytes)
+    except RuntimeError as error:
+        raise InvalidRecordError(f"corrupt lz4 payload: {error}") from error
+    if not decompressor.eof:
+        raise InvalidRecordError("truncated lz4 payload")
+    if decompressor.unused_data:
+        raise InvalidRecordError("trailing bytes after the lz4 frame")
+    return bytes(out)
+
+
+def _unzstd(data: bytes, max_bytes: int) -> bytes:
+    window = min(_MAX_ZSTD_WINDOW, max(_MIN_ZSTD_WINDOW, max_bytes))
+    # The stream reader stops quietly at the end of its input, even inside a
+    # frame, so check the frames are whole before trusting its output.
+    _check_zstd_frames(data, window)
+    # Frames from streaming encoders carry no content size, so one-shot
+    # decompression cannot size its buffer: read a stream up to the bound.
+    decompressor = zstandard.ZstdDecompressor(max_window_size=window)
+    out = bytearray()
+    try:
+        with decompressor.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+            while True:
+                chunk = reader.read(min(_CHUNK, max_bytes + 1 - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+                _check_size(len(out), max_bytes)
+    except zstandard.ZstdError as error:
+        raise InvalidRecordError(f"corrupt zstd payload: {error}") from error
+    return bytes(out)
+
+
+_ZSTD_MAGIC: Final = 0xFD2FB528
+_ZSTD_SKIPPABLE_MASK: Final = 0xFFFFFFF0
+_ZSTD_SKIPPABLE_MAGIC: Final = 0x184D2A50
+
+
+def _check_zstd_frames(data: bytes, max_window: int) -> None:
+    """Walk the frame and block headers (``ZSTD_findFrameCompressedSize``).
+
+    A window beyond ``max_window`` is TELEMETRY_TOO_LARGE rather than
+    corrupt: the frame is valid, only too big for us, and 87 would make Java
+    clients stop sending telemetry.
+    """
+    position = 0
+    while position < len(data):
+        if position + 4 > len(data):
+            raise InvalidRecordError("truncated zstd frame")
+        magic = int.from_bytes(data[position : position + 4], "little")
+        if magic & _ZSTD_SKIPPABLE_MASK == _ZSTD_SKIPPABLE_MAGIC:
+            if position + 8 > len(data):
+                raise InvalidRecordError("truncated zstd skippable frame")
+            position += 8 + int.from_bytes(data[position + 4 : position + 8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise InvalidRecordError("corrupt zstd payload: bad frame magic")
+        try:
+            header_size = zstandard.frame_header_size(data[position:])
+            window = zstandard.get_frame_parameters(data[position:]).window_size
+        except zstandard.ZstdError as error:
+            raise InvalidRecordError(f"truncated zstd frame header: {error}") from error
+        if window > max_window:
+            raise TelemetryTooLargeError(f"zstd frame needs a {window}-byte window")
+        has_checksum = data[position + 4] & 0x04
+        position += header_size
+        last_block = False
+        while not last_block:
+            if position + 3 > len(data):
+                raise InvalidRecordError("truncated zstd block header")
+            block_header = int.from_bytes(data[position : position + 3], "little")
+            last_block = bool(block_header & 1)
+            block_type = (block_header >> 1) & 3
+            if block_type == 3:
+                raise InvalidRecordError("corrupt zstd payload: reserved block type")
+            # An RLE block (type 1) stores one byte, repeated block-size times.
+            position += 3 + (1 if block_type == 1 else block_header >> 3)
+        if has_checksum:
+            position += 4
+    if position > len(data):
+        raise InvalidRecordError("truncated zstd frame")
