@@ -1,5 +1,26 @@
-"""Exporter plugins: the interface kip714 feeds logged pushes through, and the built-ins."""
+"""Exporter plugins: the interface kip714 feeds logged pushes through, and the built-ins.
+
+``exporters.api`` is the stable, stdlib-only contract third-party plugins build
+on; this package never imports ``telemetry`` (the server depends on it, not the
+other way round).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from exporters.api import (
+    Exporter,
+    ExporterFactory,
+    ExportError,
+    LoggedPush,
+    PermanentExportError,
+    TransientExportError,
+)
+
+__all__ = [
+    "ExportError",
+    "Exporter",
+    "ExporterFactory",
+    "LoggedPush",
+    "PermanentExportError",
+    "TransientExportError",
+]

@@ -1,0 +1,169 @@
+"""The exporter plugin interface: what kip714 hands a plugin, and what it expects back.
+
+Third-party plugins import this module, so it depends on the standard library
+only and changes only with a new major version.
+
+How records reach an exporter:
+
+* kip714 appends every accepted push to its durable ingest log before the
+  client is acknowledged. Each configured exporter consumes that log from its
+  own committed position, so a slow or failing exporter never slows
+  acknowledgements or the other exporters.
+* Delivery is **at least once, in log order**. The host commits an exporter's
+  position only after ``export`` returns; a crash or restart between the two
+  replays the batch. An exporter that needs exactly-once output deduplicates
+  by ``LoggedPush.offset``, which is unique per push within one data
+  directory and strictly increasing.
+* A batch is valid only for the duration of the ``export`` call. The host may
+  reuse the sequence afterwards; copy what you keep (the records themselves are
+  immutable and may be retained).
+
+Rules for implementations:
+
+1. The factory (usually the class itself) is cheap and free of side effects:
+   open files and connections in ``start``.
+2. Coroutines must not block the event loop; run blocking work through
+   ``asyncio.to_thread``.
+3. Raise ``TransientExportError`` for failures worth retrying (the host retries
+   the same batch with backoff) and ``PermanentExportError`` for data the
+   exporter can never accept (the host reports it and moves on). Any other
+   exception is treated as transient.
+4. ``flush`` makes everything passed to ``export`` so far durable or
+   delivered, as far as the sink allows; the host calls it before shutdown.
+5. ``close`` is idempotent and safe to call without a prior ``start`` or
+   ``export``.
+
+Errors::
+
+    ExportError (retryable: bool)
+     ├── TransientExportError   retryable = True
+     └── PermanentExportError   retryable = False
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "ExportError",
+    "Exporter",
+    "ExporterFactory",
+    "LoggedPush",
+    "PermanentExportError",
+    "TransientExportError",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedPush:
+    """One accepted PushTelemetry request as it is stored in the ingest log.
+
+    Plain data rather than protobuf objects, so plugins need no protobuf
+    runtime; ``payload`` is the decompressed OTLP ``MetricsData`` encoding,
+    which an exporter decodes only if it needs data points.
+
+    Attributes:
+        offset: The push's log position. Unique per push within one data
+            directory and strictly increasing in log order (gaps are possible,
+            never reuse); use it as an idempotency key.
+        client_instance_id: Kafka's 22-character URL-safe base64 form of the
+            client instance UUID (``Uuid.toString()``).
+        subscription_id: The subscription id the client pushed against
+            (a signed 32-bit value in Kafka).
+        client_id: The request header's client id, ``None`` when absent.
+        client_software_name: From ApiVersions, ``None`` when unknown.
+        client_software_version: From ApiVersions, ``None`` when unknown.
+        client_source_address: The peer IP address as text.
+        client_source_port: The peer TCP port.
+        principal: The authenticated principal (``User:alice``), if any.
+        received_time_ms: Wall-clock milliseconds since the Unix epoch at
+            which the server accepted the push.
+        push_interval_ms: The push interval the client was told to use.
+        terminating: ``True`` for the client's final push before it closes.
+        content_type: The payload format; ``"OTLP"`` for KIP-714 pushes.
+        payload: The decompressed OTLP ``MetricsData`` bytes.
+    """
+
+    offset: int
+    client_instance_id: str
+    subscription_id: int
+    client_id: str | None
+    client_software_name: str | None
+    client_software_version: str | None
+    client_source_address: str | None
+    client_source_port: int | None
+    principal: str | None
+    received_time_ms: int
+    push_interval_ms: int
+    terminating: bool
+    content_type: str
+    payload: bytes
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """A sink fed from the ingest log; see the module docstring for the contract."""
+
+    async def start(self) -> None:
+        """Acquire resources (files, connections); called once before ``export``."""
+
+    async def export(self, batch: Sequence[LoggedPush], /) -> None:
+        """Take a non-empty batch, in log order; return only when it is handled.
+
+        Returning commits the batch: it is not offered again unless the
+        process stops before the host has durably recorded the commit.
+
+        Raises:
+            TransientExportError: The batch should be retried later.
+            PermanentExportError: The batch can never be accepted.
+        """
+
+    async def flush(self) -> None:
+        """Push out anything buffered by earlier ``export`` calls."""
+
+    async def close(self) -> None:
+        """Flush and release resources. Idempotent; valid without ``start``."""
+
+
+class ExporterFactory(Protocol):
+    """The object an entry point in the ``kip714.exporters`` group names.
+
+    Usually the exporter class itself. ``config`` holds the exporter's
+    ``options`` table from the configuration file; a factory raises
+    ``TypeError`` or ``ValueError`` for unknown or invalid keys, which the
+    registry reports with the exporter's name.
+    """
+
+    def __call__(self, config: Mapping[str, Any], /) -> Exporter: ...
+
+
+class ExportError(Exception):
+    """An exporter could not take a batch.
+
+    ``retryable`` tells the host whether offering the same batch again can
+    succeed. The subclasses set it, so plugins usually raise a class rather
+    than pass a flag; ``retryable=`` overrides it for one instance.
+    """
+
+    retryable: bool = True
+
+    def __init__(self, *args: object, retryable: bool | None = None) -> None:
+        super().__init__(*args)
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class TransientExportError(ExportError):
+    """The sink is unavailable or overloaded; the same batch may succeed later."""
+
+    retryable = True
+
+
+class PermanentExportError(ExportError):
+    """The batch can never be accepted (bad data, rejected by the sink)."""
+
+    retryable = False

@@ -1,0 +1,41 @@
+"""Sizes and limits of an ingest log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    """Sizes and limits of one ingest log.
+
+    Attributes:
+        segment_bytes: Roll to a new segment once the active one would exceed
+            this. Retention deletes whole segments, so this is also the
+            granularity at which consumed data leaves the disk.
+        max_bytes: The disk budget: bytes the log's segments may occupy,
+            counting records still being written. At least two segments, so
+            that consumers that have caught up always leave room to append.
+        max_record_bytes: The largest single frame accepted.
+        full_throttle_ms: Throttle time suggested to clients refused because
+            the budget is exhausted; exporters need time to catch up and the
+            log cannot predict how long, so this is a fixed, tunable value.
+    """
+
+    segment_bytes: int = 64 * _MIB
+    max_bytes: int = 1024 * _MIB
+    max_record_bytes: int = 16 * _MIB
+    full_throttle_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes <= 0:
+            raise ValueError(f"segment_bytes must be positive, got {self.segment_bytes}")
+        if self.max_bytes < 2 * self.segment_bytes:
+            raise ValueError(
+                f"max_bytes ({self.max_bytes}) must be at least twice segment_bytes "
+                f"({self.segment_bytes})"
+            )
+        if self.max_record_bytes <= 0 or self.full_throttle_ms < 0:
+            raise ValueError("max_record_bytes must be positive and full_throttle_ms >= 0")

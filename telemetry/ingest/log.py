@@ -1,0 +1,417 @@
+"""The ingest log: durable, group-committed appends and per-consumer positions.
+
+A push is acknowledged when ``append`` returns, and ``append`` returns only
+after the record is fsynced. Appends that arrive while a write is in flight
+form the next group, so under load one fsync serves hundreds of pushes; under
+light load a push waits for one fsync and no timer. The blocking write and
+fsync run on a dedicated thread, so the event loop never waits on the disk.
+
+Threads: the event loop owns all mutable state; the writer thread touches only
+the active segment's descriptor (``SegmentWriter``); readers run in any
+thread and see the segment list through ``_lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from telemetry.ingest.config import LogConfig
+from telemetry.ingest.errors import (
+    LogClosedError,
+    LogCorruptionError,
+    LogFailedError,
+    LogFullError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from telemetry.ingest.positions import ConsumerPositions
+from telemetry.ingest.reader import Position, read_records
+from telemetry.ingest.record import encode_frame
+from telemetry.ingest.recovery import recover
+from telemetry.ingest.segment import fsync_directory
+from telemetry.ingest.stats import LogStats
+from telemetry.ingest.writer import SegmentState, SegmentWriter
+
+if TYPE_CHECKING:
+    from exporters.api import LoggedPush
+    from telemetry.ingest.record import PushContext
+    from telemetry.ingest.recovery import Recovered
+
+logger = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
+_HINTS = 1024
+
+
+class IngestLog:
+    """An append-only, segmented, checksummed log of accepted pushes.
+
+    Create it with ``await IngestLog.open(directory)``; it runs on the event
+    loop it was opened on.
+    """
+
+    def __init__(self, directory: Path, config: LogConfig, state: Recovered) -> None:
+        self._directory = directory
+        self._config = config
+        self._max_frame = min(config.max_record_bytes, config.max_bytes - config.segment_bytes)
+        self.stats = LogStats(recovery_truncated_bytes=state.truncated_bytes)
+        self._lock = threading.Lock()
+        self._segments = list(state.segments)
+        self._bases = [s.base for s in self._segments]
+        self._retained = sum(s.size for s in self._segments)
+        self._durable_end = state.next_offset
+        self._next_offset = state.next_offset
+        self._hints: collections.OrderedDict[int, Position] = collections.OrderedDict()
+        self._positions = ConsumerPositions(directory, state.positions)
+        self._reported: set[tuple[Path, int]] = set()
+        last = self._segments[-1]
+        self._writer = SegmentWriter(
+            directory, last.base, last.size, config.segment_bytes, self.stats
+        )
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-log-writer")
+        self._pending_parts: list[bytes] = []
+        self._pending_lengths: list[int] = []
+        self._pending_futures: list[asyncio.Future[None]] = []
+        self._pending_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._new_data = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._closing = False
+        self._closed = asyncio.Event()
+        self._writer_task = asyncio.get_running_loop().create_task(
+            self._write_loop(), name=f"ingest-log-writer:{directory}"
+        )
+
+    @classmethod
+    async def open(
+        cls, directory: str | os.PathLike[str], config: LogConfig | None = None
+    ) -> IngestLog:
+        """Open (creating if needed) and recover the log in ``directory``.
+
+        Recovery truncates a torn or corrupt tail of the last segment (logged
+        as a warning with the byte position and the reason) and deletes
+        segments every known consumer has passed.
+
+        Raises:
+            ValueError: The consumer positions file is unreadable.
+            OSError: The directory cannot be read or written.
+        """
+        path = Path(directory)
+        state = await asyncio.to_thread(recover, path)
+        log = cls(path, config or LogConfig(), state)
+        try:
+            await log._retain()
+        except BaseException:
+            await log.close()
+            raise
+        return log
+
+    # -- appending -----------------------------------------------------------
+
+    async def append(self, context: PushContext, payload: bytes) -> int:
+        """Append one push; return its offset once it is durable on disk.
+
+        Cancelling the caller does not withdraw the record: it may still be
+        written, unacknowledged, and a retrying client then gets it logged
+        twice (at least once, like a Kafka producer retry).
+
+        Raises:
+            LogFullError: The disk budget has no room; nothing was written.
+            RecordTooLargeError: The record exceeds ``max_record_bytes``.
+            LogClosedError: The log is closed or closing.
+            LogFailedError: An earlier write or fsync failed.
+            ValueError: A context field does not fit the record format.
+        """
+        if self._failure is not None:
+            raise LogFailedError(f"ingest log failed earlier: {self._failure}") from self._failure
+        if self._closing:
+            raise LogClosedError("ingest log is closed")
+        offset = self._next_offset
+        head, length = encode_frame(offset, context, payload)
+        if length > self._max_frame:
+            raise RecordTooLargeError(f"record of {length} bytes exceeds {self._max_frame}")
+        if self._retained + self._pending_bytes + length > self._config.max_bytes:
+            raise self._refuse(length)
+        if self.stats.full:
+            self.stats.full = False
+            logger.info("ingest log has room again; accepting pushes")
+        self._next_offset = offset + 1
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending_parts += (head, payload)
+        self._pending_lengths.append(length)
+        self._pending_futures.append(future)
+        self._pending_bytes += length
+        self._wakeup.set()
+        await future
+        return offset
+
+    def _refuse(self, length: int) -> LogFullError:
+        slowest = self._positions.slowest()
+        behind = (
+            "no consumer is registered, so nothing can be deleted"
+            if slowest is None
+            else f"slowest consumer {slowest[0]!r} is at offset {slowest[1]} of {self._durable_end}"
+        )
+        reason = (
+            f"ingest log disk budget exhausted: {self._retained + self._pending_bytes} of "
+            f"{self._config.max_bytes} bytes in use, {length} more needed; {behind}"
+        )
+        self.stats.refused_full += 1
+        self.stats.last_refusal_reason = reason
+        if not self.stats.full:
+            self.stats.full = True
+            logger.warning("%s; refusing pushes with THROTTLING_QUOTA_EXCEEDED", reason)
+        return LogFullError(self._config.full_throttle_ms, reason)
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            parts, lengths, futures = (
+                self._pending_parts,
+                self._pending_lengths,
+                self._pending_futures,
+            )
+            if not futures:
+                if self._closing:
+                    return
+                continue
+            self._pending_parts, self._pending_lengths, self._pending_futures = [], [], []
+            first = self._durable_end
+            size = sum(lengths)
+            if self._failure is None:
+                try:
+                    touched = await loop.run_in_executor(
+                        self._executor, self._writer.write_group, parts, lengths, first
+                    )
+                except Exception as exc:  # any failure leaves the file state unknown
+                    logger.exception("ingest log write failed; refusing appends until reopened")
+                    self._failure = exc
+                    self._wake_readers()
+                else:
+                    self._publish(touched, first + len(futures))
+            self._pending_bytes -= size
+            if self._failure is not None:
+                error = LogFailedError(f"ingest log write failed: {self._failure}")
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            self.stats.appends += len(futures)
+            self.stats.appended_bytes += size
+            self.stats.group_commits += 1
+            self.stats.largest_group = max(self.stats.largest_group, len(futures))
+            for future in futures:
+                if not future.done():
+                    future.set_result(None)
+
+    def _publish(self, touched: list[SegmentState], durable_end: int) -> None:
+        """Make a synced group visible to readers and to the budget, atomically."""
+        with self._lock:
+            for state in touched:
+                if state.base == self._segments[-1].base:
+                    self._retained += state.size - self._segments[-1].size
+                    self._segments[-1] = state
+                else:
+                    self._retained += state.size
+                    self._segments.append(state)
+                    self._bases.append(state.base)
+            self._durable_end = durable_end
+        self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        event, self._new_data = self._new_data, asyncio.Event()
+        event.set()
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def log_start(self) -> int:
+        """The lowest offset still retained (the first segment's base)."""
+        return self._bases[0]
+
+    @property
+    def log_end(self) -> int:
+        """One past the last durable offset: the offset the next record gets."""
+        return self._durable_end
+
+    @property
+    def retained_bytes(self) -> int:
+        return self._retained
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    def read(
+        self, from_offset: int, max_records: int = 1000, max_bytes: int = 4 * _MIB
+    ) -> list[LoggedPush]:
+        """Durable records from ``from_offset`` on, in offset order (blocking).
+
+        Call it from a thread (``asyncio.to_thread``). Returns an empty list at
+        the durable end; offsets of consecutive records are consecutive except
+        across a gap left by recovery after data loss.
+
+        Raises:
+            OffsetOutOfRangeError: ``from_offset`` is below the log start
+                (retention deleted it) or past the durable end.
+            LogCorruptionError: A stored record fails its checks; the reader
+                cannot get past it (see the exception for the way out).
+        """
+        with self._lock:
+            end = self._durable_end
+            if from_offset < self._bases[0] or from_offset > end:
+                raise OffsetOutOfRangeError(from_offset, self._bases[0], end)
+            if from_offset == end or max_records <= 0:
+                return []
+            first = bisect.bisect_right(self._bases, from_offset) - 1
+            segments = self._segments[first:]
+            hint = self._hints.get(from_offset)
+        try:
+            records, stop = read_records(segments, from_offset, hint, max_records, max_bytes)
+        except FileNotFoundError:
+            raise OffsetOutOfRangeError(from_offset, self.log_start, self.log_end) from None
+        except LogCorruptionError as exc:
+            with self._lock:  # readers may run on several threads
+                self.stats.corrupt_reads += 1
+                first_report = (exc.path, exc.position) not in self._reported
+                self._reported.add((exc.path, exc.position))
+            if first_report:
+                logger.error(
+                    "ingest log corruption below the durable end, readers stop here: %s; "
+                    "next readable offset: %s",
+                    exc,
+                    exc.next_readable_offset,
+                )
+            raise
+        if stop is not None:
+            with self._lock:
+                self._hints[stop.offset] = stop
+                self._hints.move_to_end(stop.offset)
+                if len(self._hints) > _HINTS:
+                    self._hints.popitem(last=False)
+        return records
+
+    async def wait_for(self, offset: int) -> None:
+        """Return once a record at or after ``offset`` is durable.
+
+        Wrap it in ``asyncio.timeout`` to bound a consumer's linger time.
+
+        Raises:
+            LogClosedError: The log closed before that.
+            LogFailedError: A write failed, so nothing more will arrive.
+        """
+        while self._durable_end <= offset:
+            if self._closing:
+                raise LogClosedError("ingest log is closed")
+            if self._failure is not None:
+                raise LogFailedError(f"ingest log failed: {self._failure}")
+            await self._new_data.wait()
+
+    # -- consumers -----------------------------------------------------------
+
+    def consumers(self) -> dict[str, int]:
+        """Every registered consumer and its committed position."""
+        return self._positions.snapshot()
+
+    def committed(self, consumer: str) -> int:
+        """The next offset ``consumer`` will read. Raises ``KeyError`` if unknown."""
+        return self._positions.get(consumer)
+
+    async def register(self, consumer: str) -> int:
+        """Make ``consumer`` hold back retention; return its committed position.
+
+        A new consumer starts at the log start: it sees every push still
+        retained, rather than only those that arrive after it was configured.
+        """
+        if consumer not in self._positions:
+            await self.commit(consumer, self.log_start)
+        return self._positions.get(consumer)
+
+    async def unregister(self, consumer: str) -> None:
+        """Forget ``consumer`` (an exporter removed from the configuration).
+
+        Its position stops holding back retention; without this, a removed
+        exporter would eventually fill the disk budget.
+        """
+        if await self._positions.remove(consumer):
+            await self._retain()
+
+    async def commit(self, consumer: str, next_offset: int) -> None:
+        """Durably record that ``consumer`` has handled everything before ``next_offset``.
+
+        Registers ``consumer`` if it is new. Returns after the position is on
+        disk, then deletes the segments that every consumer has passed.
+
+        Raises:
+            OffsetOutOfRangeError: ``next_offset`` is below the log start or
+                past the durable end.
+            LogClosedError: The log is closed.
+        """
+        if self._closed.is_set():
+            raise LogClosedError("ingest log is closed")
+
+        def check() -> None:
+            if not self.log_start <= next_offset <= self._durable_end:
+                raise OffsetOutOfRangeError(next_offset, self.log_start, self._durable_end)
+
+        await self._positions.set(consumer, next_offset, check)
+        await self._retain()
+
+    async def _retain(self) -> None:
+        """Delete segments that lie entirely below every consumer's position.
+
+        With no consumer registered nothing is deleted: data nobody has read
+        yet is kept until the budget refuses new pushes.
+        """
+        low = self._positions.minimum()
+        if low is None:
+            return
+        with self._lock:
+            # Segment i is passed when the next one starts at or below ``low``;
+            # the active (last) segment is never deleted.
+            doomed = bisect.bisect_right(self._bases, low, 1, len(self._bases)) - 1
+            if doomed <= 0:
+                return
+            gone = self._segments[:doomed]
+            del self._segments[:doomed]
+            del self._bases[:doomed]
+            self._retained -= sum(s.size for s in gone)
+        await asyncio.to_thread(self._delete, [s.path for s in gone])
+        self.stats.segments_deleted += len(gone)
+
+    def _delete(self, paths: list[Path]) -> None:
+        for path in paths:  # oldest first, so a crash midway leaves a contiguous log
+            path.unlink(missing_ok=True)
+        fsync_directory(self._directory)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def close(self) -> None:
+        """Finish queued appends, then release the log. Idempotent.
+
+        Appends already accepted are written and acknowledged; later ones
+        raise ``LogClosedError``, and so do waiters in ``wait_for``.
+        """
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        self._wakeup.set()
+        try:
+            await self._writer_task
+            async with self._positions.lock:
+                self._writer.close()
+                self._executor.shutdown(wait=True)
+        finally:
+            self._new_data.set()
+            self._closed.set()

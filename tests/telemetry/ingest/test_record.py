@@ -1,0 +1,85 @@
+"""The record format: round trip, and every kind of damage is caught."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from exporters.api import LoggedPush
+from telemetry.ingest import PushContext
+from telemetry.ingest.record import HEADER, FrameError, decode_body, encode_frame
+from tests.telemetry.ingest.support import INSTANCE_ID, context, payload
+
+
+def _frame(offset: int, ctx: PushContext, body: bytes) -> bytes:
+    head, length = encode_frame(offset, ctx, body)
+    frame = head + body
+    assert len(frame) == length
+    return frame
+
+
+def _decode(frame: bytes, expected_offset: int) -> LoggedPush:
+    length, crc = HEADER.unpack_from(frame)
+    return decode_body(frame, HEADER.size, HEADER.size + length, crc, expected_offset)
+
+
+def test_round_trip_keeps_every_field() -> None:
+    ctx = context(7, terminating=True)
+    record = _decode(_frame(42, ctx, payload(7)), 42)
+    assert record == LoggedPush(
+        offset=42,
+        client_instance_id=INSTANCE_ID,
+        subscription_id=ctx.subscription_id,
+        client_id="producer-7",
+        client_software_name="confluent-kafka-python",
+        client_software_version="2.6.0",
+        client_source_address="10.0.0.7",
+        client_source_port=40007,
+        principal="User:alice",
+        received_time_ms=1_700_000_000_007,
+        push_interval_ms=5000,
+        terminating=True,
+        content_type="OTLP",
+        payload=payload(7),
+    )
+
+
+def test_round_trip_of_absent_and_empty_values() -> None:
+    ctx = PushContext(
+        client_instance_id=INSTANCE_ID,
+        subscription_id=-(2**31),
+        received_time_ms=0,
+        push_interval_ms=100,
+        client_id="",
+        principal="Üser:ünicode",
+    )
+    record = _decode(_frame(0, ctx, b""), 0)
+    assert record.client_id == ""
+    assert record.client_software_name is None
+    assert record.client_source_address is None
+    assert record.client_source_port is None
+    assert record.principal == "Üser:ünicode"
+    assert record.subscription_id == -(2**31)
+    assert record.payload == b""
+    assert record.terminating is False
+
+
+def test_every_flipped_byte_is_detected() -> None:
+    frame = _frame(3, context(3), payload(3, 64))
+    for i in range(HEADER.size, len(frame)):
+        damaged = bytearray(frame)
+        damaged[i] ^= 0x40
+        with pytest.raises(FrameError):
+            _decode(bytes(damaged), 3)
+
+
+def test_record_in_the_wrong_place_is_detected() -> None:
+    with pytest.raises(FrameError, match="offset 5, expected 6"):
+        _decode(_frame(5, context(5), payload(5)), 6)
+
+
+def test_values_that_do_not_fit_are_refused() -> None:
+    ctx = dataclasses.replace(context(1), client_source_port=2**40)
+    with pytest.raises(ValueError, match="does not fit"):
+        encode_frame(0, ctx, b"")
