@@ -1,0 +1,306 @@
+"""Settings for ``kip714 serve``: embedded defaults, then a TOML file, then flags.
+
+Everything has a default, so the server runs with no file at all. What a file
+states *replaces* that part of the defaults: a file with ``[subscriptions]``
+has exactly those subscriptions, and a file without ``[exporters]`` keeps the
+default exporter. Unknown keys and invalid values are refused at start with
+one ``ConfigError`` naming the dotted key and the value, because a typo that
+is silently ignored is a limit that silently does not apply.
+
+The embedded default subscription asks every client for the standard KIP-714
+metrics (``org.apache.kafka.``) once a minute: minute-level pushes match the
+finest rollup window, and Kafka's own 5-minute default is too coarse for
+request-latency questions.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from telemetry.errors import ConfigError, TelemetryError
+from telemetry.ingest import LogConfig
+from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
+from telemetry.subscriptions import Subscription, validate_subscription
+from telemetry.telemetry_config import TelemetryConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+DEFAULT_DATA_DIR = "./kip714-data"
+DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
+DEFAULT_EXPORTER_NAME = "landing"
+#: The built-in exporter a config without ``[exporters]`` gets. The Parquet
+#: landing replaces it once it exists; until then every data point goes to
+#: ``<data_dir>/jsonl/``.
+DEFAULT_EXPORTER_TYPE = "jsonl"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExporterSettings:
+    """One ``[exporters.NAME]`` table: the plugin type, its options, and how the host feeds it."""
+
+    name: str
+    type: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    batch_max_records: int = 1000
+    batch_max_bytes: int = 8 * 1024 * 1024
+    retry_initial_ms: int = 100
+    retry_max_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    kafka: KafkaListenerConfig = field(default_factory=KafkaListenerConfig)
+    http_host: str = "127.0.0.1"
+    http_port: int = 8714
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    subscriptions: tuple[Subscription, ...] = ()
+    exporters: tuple[ExporterSettings, ...] = ()
+    config_path: Path | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "log"
+
+
+def default_subscriptions() -> tuple[Subscription, ...]:
+    default = validate_subscription(
+        "default", {"metrics": ["org.apache.kafka."], "interval.ms": 60_000}
+    )
+    assert default is not None
+    return (default,)
+
+
+def default_exporters(data_dir: Path) -> tuple[ExporterSettings, ...]:
+    return (
+        ExporterSettings(
+            name=DEFAULT_EXPORTER_NAME,
+            type=DEFAULT_EXPORTER_TYPE,
+            options={"path": str(data_dir / "jsonl")},
+        ),
+    )
+
+
+def parse_host_port(key: str, value: object) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9092`` for IPv6); port 0 picks a free port."""
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(key, value, "expected HOST:PORT")
+    host, _, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(key, value, "the port is not a number") from None
+    if not host or not 0 <= port <= 65535:
+        raise ConfigError(key, value, "expected HOST:PORT with a port in 0..65535")
+    return host, port
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    data_dir: str | Path | None = None,
+    kafka_listen: str | None = None,
+    http_listen: str | None = None,
+) -> Settings:
+    """Defaults, then the file at ``path`` (if any), then the flags."""
+    document: dict[str, Any] = {}
+    if path is not None:
+        config_path = Path(path)
+        try:
+            with config_path.open("rb") as file:
+                document = tomllib.load(file)
+        except FileNotFoundError:
+            raise ConfigError("--config", str(path), "no such file") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError("--config", str(path), f"not valid TOML: {error}") from None
+    settings = settings_from_mapping(document)
+    if path is not None:
+        settings = replace(settings, config_path=Path(path))
+    if data_dir is not None:
+        settings = _with_data_dir(settings, Path(data_dir), document)
+    if kafka_listen is not None:
+        host, port = parse_host_port("--kafka-listen", kafka_listen)
+        settings = replace(settings, kafka=replace(settings.kafka, host=host, port=port))
+    if http_listen is not None:
+        host, port = parse_host_port("--http-listen", http_listen)
+        settings = replace(settings, http_host=host, http_port=port)
+    return settings
+
+
+def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
+    _refuse_unknown(
+        "",
+        document,
+        {"data_dir", "telemetry", "kafka", "http", "log", "subscriptions", "exporters"},
+    )
+    data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
+    subscriptions = (
+        _subscriptions(_table("subscriptions", document["subscriptions"]))
+        if "subscriptions" in document
+        else default_subscriptions()
+    )
+    exporters = (
+        _exporters(_table("exporters", document["exporters"]))
+        if "exporters" in document
+        else default_exporters(data_dir)
+    )
+    http_host, http_port = parse_host_port(
+        "http.listen", _section("http", document, {"listen"}).get("listen", DEFAULT_HTTP_LISTEN)
+    )
+    return Settings(
+        data_dir=data_dir,
+        kafka=_kafka(_section("kafka", document, {"listen", "advertised", "max_frame_bytes"})),
+        http_host=http_host,
+        http_port=http_port,
+        telemetry=_telemetry(
+            _section(
+                "telemetry",
+                document,
+                {
+                    "max_bytes",
+                    "max_decompressed_bytes",
+                    "instance_cache_size",
+                    "instance_cache_expiry_ms",
+                },
+            )
+        ),
+        log=_log(
+            _section(
+                "log",
+                document,
+                {"segment_bytes", "max_bytes", "max_record_bytes", "full_throttle_ms"},
+            )
+        ),
+        subscriptions=subscriptions,
+        exporters=exporters,
+    )
+
+
+def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, Any]) -> Settings:
+    """``--data-dir`` moves the log and, unless the file placed it, the default exporter."""
+    exporters = settings.exporters if "exporters" in document else default_exporters(data_dir)
+    return replace(settings, data_dir=data_dir, exporters=exporters)
+
+
+def _kafka(section: Mapping[str, Any]) -> KafkaListenerConfig:
+    host, port = parse_host_port("kafka.listen", section.get("listen", DEFAULT_KAFKA_LISTEN))
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    if "advertised" in section:
+        advertised_host, advertised_port = parse_host_port(
+            "kafka.advertised", section["advertised"]
+        )
+        if advertised_port == 0:
+            raise ConfigError("kafka.advertised", section["advertised"], "the port cannot be 0")
+    max_frame = _int(
+        "kafka.max_frame_bytes", section.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES), 1024
+    )
+    return KafkaListenerConfig(
+        host=host,
+        port=port,
+        advertised_host=advertised_host,
+        advertised_port=advertised_port,
+        max_frame_bytes=max_frame,
+    )
+
+
+def _telemetry(section: Mapping[str, Any]) -> TelemetryConfig:
+    values = {key: _int(f"telemetry.{key}", value, None) for key, value in section.items()}
+    return TelemetryConfig(**values)
+
+
+def _log(section: Mapping[str, Any]) -> LogConfig:
+    values = {key: _int(f"log.{key}", value, 0) for key, value in section.items()}
+    try:
+        return LogConfig(**values)
+    except ValueError as error:
+        key = next(iter(values), "log")
+        raise ConfigError(f"log.{key}", values.get(key), str(error)) from None
+
+
+def _subscriptions(table: Mapping[str, Any]) -> tuple[Subscription, ...]:
+    subscriptions = []
+    for name, properties in table.items():
+        key = f"subscriptions.{name}"
+        if not isinstance(properties, dict):
+            raise ConfigError(key, properties, "expected a table of metrics, interval.ms, match")
+        try:
+            subscription = validate_subscription(name, properties)
+        except TelemetryError as error:
+            raise ConfigError(key, dict(properties), str(error)) from None
+        if subscription is None:
+            raise ConfigError(key, {}, "an empty subscription subscribes to nothing")
+        subscriptions.append(subscription)
+    return tuple(subscriptions)
+
+
+def _exporters(table: Mapping[str, Any]) -> tuple[ExporterSettings, ...]:
+    known = {
+        "type",
+        "options",
+        "batch_max_records",
+        "batch_max_bytes",
+        "retry_initial_ms",
+        "retry_max_ms",
+    }
+    exporters = []
+    for name, raw in table.items():
+        key = f"exporters.{name}"
+        exporter = _table(key, raw)
+        _refuse_unknown(key + ".", exporter, known)
+        if "type" not in exporter:
+            raise ConfigError(f"{key}.type", None, "every exporter names its type (an entry point)")
+        exporters.append(
+            ExporterSettings(
+                name=name,
+                type=_string(f"{key}.type", exporter["type"]),
+                options=dict(_table(f"{key}.options", exporter.get("options", {}))),
+                **{
+                    field_name: _int(f"{key}.{field_name}", exporter[field_name], 1)
+                    for field_name in known - {"type", "options"}
+                    if field_name in exporter
+                },
+            )
+        )
+    return tuple(exporters)
+
+
+def _section(name: str, document: Mapping[str, Any], known: set[str]) -> Mapping[str, Any]:
+    section = _table(name, document.get(name, {}))
+    _refuse_unknown(name + ".", section, known)
+    return section
+
+
+def _refuse_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
+    for key in table:
+        if key not in known:
+            raise ConfigError(
+                f"{prefix}{key}", table[key], f"unknown key (known: {', '.join(sorted(known))})"
+            )
+
+
+def _table(key: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, value, "expected a table")
+    return value
+
+
+def _string(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, value, "expected a non-empty string")
+    return value
+
+
+def _int(key: str, value: object, minimum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, value, "expected an integer")
+    if minimum is not None and value < minimum:
+        raise ConfigError(key, value, f"must be at least {minimum}")
+    return value
