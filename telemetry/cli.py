@@ -1,15 +1,31 @@
 """The ``kip714`` command line.
 
-Subcommands arrive with the features behind them (``serve`` with the ingestion
-server, ``rollup`` with the Spark jobs); until then the command only describes
-itself, rather than pretending to serve.
+``kip714 serve`` runs the ingestion server on embedded defaults, a TOML file,
+and a few flags. Configuration errors end the command with status 2 and one
+line naming the key and the value — never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import asyncio
+import logging
+import signal
+import sys
 from importlib.metadata import version
+from typing import TYPE_CHECKING
+
+from telemetry.bootstrap import Server
+from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
+from telemetry.errors import ConfigError
+from telemetry.log_setup import configure_logging
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from telemetry.config import Settings
+
+_log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,11 +38,75 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"kip714 {version('kip714')}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="run the ingestion server",
+        description="Run the ingestion server. With no --config it runs on embedded defaults.",
+    )
+    serve.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    serve.add_argument(
+        "--kafka-listen",
+        metavar="HOST:PORT",
+        help=f"Kafka-protocol listener (default {DEFAULT_KAFKA_LISTEN}; port 0 picks a free port)",
+    )
+    serve.add_argument(
+        "--http-listen",
+        metavar="HOST:PORT",
+        help=f"HTTP listener (default {DEFAULT_HTTP_LISTEN}; port 0 picks a free port)",
+    )
+    serve.add_argument(
+        "--data-dir", metavar="DIR", help="ingest log and landing directory (default ./kip714-data)"
+    )
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument(
+        "--log-format", default="auto", choices=["auto", "json", "console"], help="log rendering"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
+    args = parser.parse_args(argv)
+    if args.command != "serve":
+        parser.print_help()
+        return 0
+    try:
+        settings = load_settings(
+            args.config,
+            data_dir=args.data_dir,
+            kafka_listen=args.kafka_listen,
+            http_listen=args.http_listen,
+        )
+    except ConfigError as error:
+        print(f"kip714: config error: {error}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, args.log_format)
+    try:
+        return asyncio.run(serve(settings))
+    except ConfigError as error:  # exporter options are validated by their factories at start
+        print(f"kip714: config error: {error}", file=sys.stderr)
+        return 2
+
+
+async def serve(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions."""
+    server = Server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_subscriptions)
+    try:
+        await server.start()
+    except OSError as error:
+        _log.error("kip714 could not start: %s", error)
+        await server.stop()
+        return 1
+    except Exception:
+        await server.stop()
+        raise
+    await stop.wait()
+    _log.info("kip714 stopping")
+    await server.stop()
     return 0

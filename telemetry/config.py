@@ -35,7 +35,7 @@ DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
 #: The built-in exporter a config without ``[exporters]`` gets. The Parquet
 #: landing replaces it once it exists; until then every data point goes to
-#: ``<data_dir>/jsonl/``.
+#: ``<data_dir>/jsonl/kip714.jsonl``.
 DEFAULT_EXPORTER_TYPE = "jsonl"
 
 
@@ -82,7 +82,7 @@ def default_exporters(data_dir: Path) -> tuple[ExporterSettings, ...]:
         ExporterSettings(
             name=DEFAULT_EXPORTER_NAME,
             type=DEFAULT_EXPORTER_TYPE,
-            options={"path": str(data_dir / "jsonl")},
+            options={"path": str(data_dir / "jsonl" / "kip714.jsonl")},
         ),
     )
 

@@ -332,7 +332,8 @@ class KafkaListener:
             received_time_ms=accepted.received_ms,
             push_interval_ms=accepted.push_interval_ms,
             terminating=accepted.terminating,
-            client_id=context.client_id,
+            # Kafka reads a null client id as ""; the log keeps "absent" as None.
+            client_id=context.client_id or None,
             client_software_name=context.client_software_name,
             client_software_version=context.client_software_version,
             client_source_address=context.client_source_address,

@@ -196,14 +196,20 @@ class TelemetryManager:
         if client_instance_id is None or client_instance_id == ZERO_UUID:
             client_instance_id = self._new_client_instance_id(now_ms)
         instance = self._client_instance(client_instance_id, context, now_ms)
-        if (
-            not instance.maybe_update_get_request_timestamp(now_ms)
-            and instance.last_known_error not in _GET_GATE_EXEMPT
-        ):
-            # last_known_error stays as it is: a refused GET is not a push outcome.
-            self.stats.throttled += 1
-            self.stats.get_responses[ErrorCode.THROTTLING_QUOTA_EXCEEDED] += 1
-            return GetTelemetrySubscriptionsResponse(error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+        if not instance.maybe_update_get_request_timestamp(now_ms):
+            if instance.last_known_error not in _GET_GATE_EXEMPT:
+                # last_known_error stays as it is: a refused GET is not a push outcome.
+                self.stats.throttled += 1
+                self.stats.get_responses[ErrorCode.THROTTLING_QUOTA_EXCEEDED] += 1
+                return GetTelemetrySubscriptionsResponse(
+                    error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+                )
+            # Deviation from Kafka (its "exempted GET does not move lastGet" edge):
+            # the exempted GET counts as a GET, so the client's jittered first
+            # push after it is accepted. Otherwise every subscription change
+            # (117 for every client) cost librdkafka clients a refused push
+            # and an interval of telemetry.
+            instance.last_get_request_ms = now_ms
         instance.last_known_error = ErrorCode.NONE
         self.stats.get_responses[ErrorCode.NONE] += 1
         return GetTelemetrySubscriptionsResponse(

@@ -67,7 +67,7 @@ metrics = "*"
     assert producers.match["client_software_name"].pattern == "confluent-kafka-.*"
     assert settings.subscriptions[1].metrics == ("*",)
     # No [exporters]: the default exporter stays, under the file's data_dir.
-    assert settings.exporters[0].options == {"path": "/var/lib/kip714/jsonl"}
+    assert settings.exporters[0].options == {"path": "/var/lib/kip714/jsonl/kip714.jsonl"}
 
 
 def test_exporters_table(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert settings.kafka.port == 0
     assert settings.http_port == 0
     assert settings.data_dir == tmp_path / "d"
-    assert settings.exporters[0].options == {"path": str(tmp_path / "d" / "jsonl")}
+    assert settings.exporters[0].options == {"path": str(tmp_path / "d" / "jsonl" / "kip714.jsonl")}
 
 
 @pytest.mark.parametrize(

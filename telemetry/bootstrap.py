@@ -1,0 +1,165 @@
+"""The composition root: settings in, a running server out.
+
+The only module that knows every part: it opens the ingest log, builds the
+telemetry manager from the configured subscriptions, loads the exporters
+through their entry points, starts a host per exporter, then the Kafka and
+HTTP listeners. Shutdown runs the other way round, so nothing is accepted
+that cannot be logged, and nothing logged is abandoned by an exporter
+without its position being committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from exporters import registry as exporter_registry
+from telemetry.config import ExporterSettings, Settings, load_settings
+from telemetry.errors import ConfigError
+from telemetry.exporter_host import ExporterHost
+from telemetry.http_app import create_app
+from telemetry.ingest import IngestLog
+from telemetry.kafka_listener import KafkaListener, wall_clock_ms
+from telemetry.manager import TelemetryManager
+from telemetry.self_metrics import ServerCollector, make_registry
+from telemetry.subscriptions import SubscriptionRegistry
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from exporters.api import Exporter
+    from telemetry.subscriptions import Subscription
+
+_log = logging.getLogger(__name__)
+
+#: How often idle client instances are swept out of the cache.
+EXPIRY_SWEEP_S = 1.0
+
+
+def create_exporter(settings: ExporterSettings) -> Exporter:
+    """Load the plugin through its entry point; a bad name or option is a ``ConfigError``."""
+    key = f"exporters.{settings.name}"
+    try:
+        return exporter_registry.create(settings.name, settings.type, settings.options)
+    except exporter_registry.ExporterNotFoundError as error:
+        raise ConfigError(f"{key}.type", settings.type, str(error)) from None
+    except exporter_registry.RegistryError as error:
+        raise ConfigError(f"{key}.options", dict(settings.options), str(error)) from None
+
+
+def subscription_registry(subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
+    registry = SubscriptionRegistry()
+    for subscription in subscriptions:
+        registry.put(subscription)
+    return registry
+
+
+class Server:
+    """kip714 as one object: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.manager = TelemetryManager(
+            settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
+        )
+        self.log: IngestLog | None = None
+        self.listener: KafkaListener | None = None
+        self.hosts: list[ExporterHost] = []
+        self._runner: web.AppRunner | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.http_address: tuple[str, int] | None = None
+
+    async def start(self) -> None:
+        settings = self.settings
+        # Build every exporter before touching the disk: a typo fails fast.
+        exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
+        self.log = await IngestLog.open(settings.log_dir, settings.log)
+        for exporter_settings, exporter in exporters:
+            host = ExporterHost(exporter_settings, exporter, self.log)
+            self.hosts.append(host)
+            await host.start()
+        await self._unregister_removed_exporters()
+        self.listener = KafkaListener(settings.kafka, self.manager, self.log)
+        kafka_address = await self.listener.start()
+        registry = make_registry(ServerCollector(self.manager, self.listener, self.log, self.hosts))
+        self._runner = web.AppRunner(create_app(registry, self.health), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
+        await site.start()
+        http = self._runner.addresses[0]
+        self.http_address = (str(http[0]), int(http[1]))
+        self._sweeper = asyncio.create_task(self._sweep_expired(), name="instance-expiry")
+        _log.info(
+            "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s exporters=%s",
+            *kafka_address,
+            *self.listener.advertised_address,
+            *self.http_address,
+            settings.data_dir,
+            ",".join(f"{h.name}({h.settings.type})" for h in self.hosts) or "none",
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight pushes, drain and close exporters, close the log."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        if self.listener is not None:
+            await self.listener.stop_accepting()
+            await self.listener.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        for host in self.hosts:
+            try:
+                await host.stop()
+            except Exception:
+                _log.exception("exporter %s failed to close", host.name)
+        if self.log is not None:
+            await self.log.close()
+        _log.info("kip714 stopped")
+
+    def reload_subscriptions(self) -> None:
+        """SIGHUP: re-read the subscriptions; clients see them on their next request."""
+        if self.settings.config_path is None:
+            _log.info("SIGHUP ignored: the server runs on embedded defaults, no file to re-read")
+            return
+        try:
+            fresh = load_settings(self.settings.config_path)
+        except Exception as error:
+            _log.error("SIGHUP: keeping the current subscriptions: %s", error)
+            return
+        current = self.manager.subscriptions
+        wanted = {subscription.name for subscription in fresh.subscriptions}
+        for name in [s.name for s in current if s.name not in wanted]:
+            current.update(name, {})
+        for subscription in fresh.subscriptions:
+            current.put(subscription)
+        _log.info("SIGHUP: subscriptions reloaded: %s", ", ".join(sorted(wanted)))
+
+    def health(self) -> dict[str, object]:
+        log = self.log
+        ok = log is not None and self.listener is not None and not log.stats.full
+        return {
+            "ok": ok,
+            "log_full": bool(log and log.stats.full),
+            "client_instances": self.manager.instance_count,
+            "exporter_lag": {host.name: host.lag for host in self.hosts},
+        }
+
+    async def _unregister_removed_exporters(self) -> None:
+        """An exporter gone from the config must not hold back log retention forever."""
+        assert self.log is not None
+        configured = {host.consumer for host in self.hosts}
+        for consumer in self.log.consumers():
+            if consumer.startswith("exporter:") and consumer not in configured:
+                _log.info("forgetting the position of removed exporter %s", consumer)
+                await self.log.unregister(consumer)
+
+    async def _sweep_expired(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            self.manager.expire(wall_clock_ms())

@@ -1,0 +1,122 @@
+"""The exporter contract (exporters/api.py), checked against every registered exporter.
+
+Parametrised over ``registry.available()``, so a new entry point in
+``kip714.exporters`` fails ``test_every_registered_exporter_is_covered``
+until it gets sample options in ``OPTIONS`` and with them these checks
+(after the OpenTelemetry Collector's ``exportertest`` contract checker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporters import registry
+from exporters.api import Exporter, LoggedPush
+from exporters.testing import FailingExporter, InMemoryExporter, SlowExporter
+from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
+
+OPTIONS: dict[str, Callable[[Path], Mapping[str, Any]]] = {
+    "jsonl": lambda tmp: {"path": str(tmp / "contract.jsonl")},
+    "test-recorder": lambda tmp: {"path": str(tmp / "recorded.jsonl")},
+}
+
+DOUBLES: dict[str, Callable[[], Exporter]] = {
+    "testing.InMemoryExporter": InMemoryExporter,
+    "testing.FailingExporter(failures=0)": lambda: FailingExporter(failures=0),
+    "testing.SlowExporter(delay_s=0)": lambda: SlowExporter(delay_s=0),
+}
+
+registry.refresh()
+REGISTERED = registry.available()
+
+
+@pytest.fixture(params=[*REGISTERED, *DOUBLES])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Exporter]]:
+    name: str = request.param
+    if name in DOUBLES:
+        yield DOUBLES[name]
+    else:
+        yield lambda: registry.create("contract", name, OPTIONS[name](tmp_path))
+
+
+def _batch() -> list[LoggedPush]:
+    return [
+        push(PRODUCER_PUSH.read_bytes(), offset=1),
+        push(CONSUMER_PUSH.read_bytes(), offset=2, terminating=True),
+    ]
+
+
+def test_every_registered_exporter_is_covered() -> None:
+    assert {"jsonl", "test-recorder"} <= set(REGISTERED)
+    assert set(REGISTERED) <= set(OPTIONS), "give new exporters sample OPTIONS"
+
+
+def test_the_factory_is_an_exporter(make: Callable[[], Exporter]) -> None:
+    assert isinstance(make(), Exporter)
+
+
+async def test_close_without_start_is_valid_and_idempotent(make: Callable[[], Exporter]) -> None:
+    exporter = make()
+    await exporter.close()
+    await exporter.close()
+
+
+async def test_full_lifecycle_with_idempotent_close(make: Callable[[], Exporter]) -> None:
+    exporter = make()
+    await exporter.start()
+    await exporter.export(_batch())
+    await exporter.flush()
+    await exporter.close()
+    await exporter.close()
+
+
+async def test_export_leaves_the_batch_unmutated(make: Callable[[], Exporter]) -> None:
+    exporter = make()
+    batch = _batch()
+    before = list(batch)
+    await exporter.start()
+    await exporter.export(batch)
+    await exporter.close()
+    assert batch == before
+    assert all(a is b for a, b in zip(batch, before, strict=True))
+
+
+async def test_export_accepts_any_sequence(make: Callable[[], Exporter]) -> None:
+    exporter = make()
+    await exporter.start()
+    await exporter.export(tuple(_batch()))
+    await exporter.close()
+
+
+async def test_export_does_not_block_the_loop(make: Callable[[], Exporter]) -> None:
+    # Big enough that flattening and writing it on the loop thread would take
+    # well over a second; run in a thread, the loop keeps ticking about every
+    # GIL switch interval (5 ms).
+    exporter = make()
+    await exporter.start()
+    batch = _batch() * 1500
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        last = loop.time()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0)
+    await exporter.export(batch)
+    stop.set()
+    await task
+    await exporter.close()
+    assert gaps
+    assert max(gaps) < 0.25

@@ -1,0 +1,107 @@
+"""Run ``kip714 serve`` as a real subprocess on free loopback ports, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SERVING = re.compile(
+    r"kafka=(?P<kh>[^ ]+):(?P<kp>\d+) advertised=\S+ http=(?P<hh>[^ ]+):(?P<hp>\d+)"
+)
+START_TIMEOUT_S = 30.0
+
+
+class ServeProcess:
+    """``kip714 serve`` with its stderr drained into ``lines`` by a thread."""
+
+    def __init__(self, data_dir: Path, config: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.config_path: Path | None = None
+        if config is not None:
+            self.config_path = data_dir.parent / f"{data_dir.name}.toml"
+            self.config_path.write_text(config)
+        self.lines: list[str] = []
+        self.process: subprocess.Popen[str] | None = None
+        self.kafka: tuple[str, int] = ("", 0)
+        self.http: tuple[str, int] = ("", 0)
+        self._drainer: threading.Thread | None = None
+
+    def start(self) -> ServeProcess:
+        command = [
+            sys.executable, "-m", "telemetry", "serve",
+            "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+            "--data-dir", str(self.data_dir), "--log-format", "json",
+        ]  # fmt: skip
+        if self.config_path is not None:
+            command += ["--config", str(self.config_path)]
+        self.lines = []
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                match = SERVING.search(line)
+                if match:
+                    self.kafka = (match["kh"], int(match["kp"]))
+                    self.http = (match["hh"], int(match["hp"]))
+                    return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.kill()
+        raise AssertionError("kip714 serve did not start:\n" + "\n".join(self.lines))
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.kafka[0]}:{self.kafka[1]}"
+
+    def events(self) -> list[dict[str, Any]]:
+        parsed = []
+        for line in self.lines:
+            try:
+                parsed.append(json.loads(line))
+            except ValueError:
+                continue
+        return parsed
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout_s)
+        self._release()
+        return code
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._release()
+
+    def _release(self) -> None:
+        """Join the drain thread and close the pipe (unclosed pipes are errors in tests)."""
+        if self._drainer is not None:
+            self._drainer.join(10)
+            self._drainer = None
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()
