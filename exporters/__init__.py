@@ -8,6 +8,7 @@ other way round).
 from __future__ import annotations
 
 from exporters.api import (
+    BufferingExporter,
     Exporter,
     ExporterFactory,
     ExportError,
@@ -17,6 +18,7 @@ from exporters.api import (
 )
 
 __all__ = [
+    "BufferingExporter",
     "ExportError",
     "Exporter",
     "ExporterFactory",

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "BufferingExporter",
     "ExportError",
     "Exporter",
     "ExporterFactory",
@@ -127,6 +128,23 @@ class Exporter(Protocol):
 
     async def close(self) -> None:
         """Flush and release resources. Idempotent; valid without ``start``."""
+
+
+@runtime_checkable
+class BufferingExporter(Exporter, Protocol):
+    """An exporter that accepts batches before they are durable in its sink.
+
+    Returning from ``export`` normally lets the host commit the batch. An
+    exporter that buffers (the Parquet landing gathers rows into large files)
+    implements ``durable_offset`` instead: the host never commits past it, and
+    after a restart replays from there. Such an exporter must recognise pushes
+    it already made durable (by ``offset``) and skip them, which together
+    gives exactly-once output.
+    """
+
+    def durable_offset(self) -> int:
+        """The next offset not yet durable: every push before it is safely in the sink."""
+        ...
 
 
 class ExporterFactory(Protocol):

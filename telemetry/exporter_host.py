@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from exporters.api import ExportError
+from exporters.api import BufferingExporter, ExportError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,6 +35,8 @@ _log = logging.getLogger(__name__)
 EXPORT_BUCKETS_S: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 #: Consumer names in the log are namespaced so other consumers can coexist.
 CONSUMER_PREFIX = "exporter:"
+#: How often an idle host asks a buffering exporter how far it has made data durable.
+DURABLE_POLL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -66,7 +68,9 @@ class ExporterHost:
         self.log = log
         self.stats = ExporterStats()
         self.consumer = CONSUMER_PREFIX + settings.name
+        #: The next offset to read; ``committed`` trails it for buffering exporters.
         self.position = 0
+        self.committed = 0
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._started = False
@@ -77,13 +81,14 @@ class ExporterHost:
 
     @property
     def lag(self) -> int:
-        """Pushes logged but not yet exported."""
-        return max(0, self.log.log_end - self.position)
+        """Pushes logged but not yet durably exported."""
+        return max(0, self.log.log_end - self.committed)
 
     async def start(self) -> None:
         await self.exporter.start()
         self._started = True
         self.position = await self.log.register(self.consumer)
+        self.committed = self.position
         self._task = asyncio.create_task(self._run(), name=f"exporter-{self.name}")
 
     async def stop(self, drain_timeout_s: float = 5.0) -> None:
@@ -106,6 +111,7 @@ class ExporterHost:
         if self._started:
             try:
                 await self.exporter.flush()
+                await self._commit(self.position)
             finally:
                 await self.exporter.close()
 
@@ -124,19 +130,39 @@ class ExporterHost:
             if not await self._export(batch):
                 return
             self.position = batch[-1].offset + 1
-            await self.log.commit(self.consumer, self.position)
+            await self._commit(self.position)
+
+    async def _commit(self, exported_end: int) -> None:
+        """Commit what is durable: all that was exported, or what a buffering exporter landed."""
+        target = exported_end
+        if isinstance(self.exporter, BufferingExporter):
+            target = min(target, self.exporter.durable_offset())
+        if target > self.committed:
+            await self.log.commit(self.consumer, target)
+            self.committed = target
 
     async def _wait_for_data(self) -> bool:
-        """Wait for a record at our position; False when asked to stop first."""
+        """Wait for a record at our position; False when asked to stop first.
+
+        While idle, a buffering exporter may publish on its own timer, so its
+        durable progress is committed every ``DURABLE_POLL_S``.
+        """
         arrival = asyncio.ensure_future(self.log.wait_for(self.position))
         stop = asyncio.ensure_future(self._stopping.wait())
-        done, pending = await asyncio.wait({arrival, stop}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        if arrival in done:
-            arrival.result()  # re-raise a closed or failed log
-            return True
-        return False
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {arrival, stop}, timeout=DURABLE_POLL_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if arrival in done:
+                    arrival.result()  # re-raise a closed or failed log
+                    return True
+                if stop in done:
+                    return False
+                await self._commit(self.position)
+        finally:
+            arrival.cancel()
+            stop.cancel()
 
     async def _export(self, batch: Sequence[LoggedPush]) -> bool:
         """Export until accepted (or permanently refused); False if stopped while retrying."""

@@ -205,3 +205,36 @@ async def test_export_latency_is_observed(tmp_path: Path, failures: int) -> None
     assert host.stats.failures == failures
     await host.stop()
     await log.close()
+
+
+class Buffering(Recorder):
+    """Lands only on ``flush`` (or when told), like the Parquet landing's large files."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.landed = 0
+
+    def durable_offset(self) -> int:
+        return self.landed
+
+    async def flush(self) -> None:
+        await super().flush()
+        if self.offsets:
+            self.landed = self.offsets[-1] + 1
+
+
+async def test_a_buffering_exporter_is_committed_only_as_far_as_it_landed(tmp_path: Path) -> None:
+    log = await IngestLog.open(tmp_path, SMALL)
+    offsets = await append(log, range(6))
+    exporter = Buffering()
+    host = ExporterHost(settings(), exporter, log)
+    await host.start()
+    await until(lambda: exporter.offsets == offsets)
+    await asyncio.sleep(0.05)
+    assert log.committed("exporter:rec") == 0  # exported, but nothing landed yet
+    assert host.lag == 6
+    exporter.landed = offsets[3]  # landed on its own timer, while the host is idle
+    await until(lambda: log.committed("exporter:rec") == offsets[3], timeout_s=5)
+    await host.stop()  # flush lands the rest, then the host commits it
+    assert log.committed("exporter:rec") == offsets[-1] + 1
+    await log.close()
