@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -207,3 +209,42 @@ def test_every_acknowledged_push_survives_sigkill(tmp_path: Path) -> None:
     assert set(landed_names) >= acknowledged
     # Every logged push is delivered; unacknowledged ones may be too (at least once).
     assert all(name.startswith("durability.") for name in landed_names)
+
+
+async def _subscription(server: ServeProcess, instance: uuid.UUID | None = None) -> Any:
+    client = await WireClient.connect(*server.kafka, client_id="reloader")
+    try:
+        await client.api_versions()
+        if instance is None:
+            return await client.subscribe()
+        return await client.get_subscriptions(instance)
+    finally:
+        await client.close()
+
+
+def test_sighup_reloads_subscriptions_for_the_next_request(tmp_path: Path) -> None:
+    config = '[subscriptions.first]\nmetrics = ["a."]\n"interval.ms" = 100\n'
+    server = ServeProcess(tmp_path / "data", config).start()
+    try:
+        before = asyncio.run(_subscription(server))
+        assert before.requested_metrics == ("a.",)
+        assert server.config_path is not None
+        server.config_path.write_text(
+            '[subscriptions.second]\nmetrics = ["b."]\n"interval.ms" = 200\n'
+        )
+        assert server.process is not None
+        server.process.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: any("reloaded" in e.get("event", "") for e in server.events()))
+        time.sleep(0.25)  # past the interval gate
+        after = asyncio.run(_subscription(server, before.client_instance_id))
+        assert after.error_code == ErrorCode.NONE
+        assert after.requested_metrics == ("b.",)
+        assert after.push_interval_ms == 200
+        assert after.subscription_id != before.subscription_id
+        # A broken file on SIGHUP keeps the subscriptions in force.
+        server.config_path.write_text("[subscriptions.third\n")
+        server.process.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: any("keeping" in e.get("event", "") for e in server.events()))
+        assert server.stop() == 0
+    finally:
+        server.kill()
