@@ -20,7 +20,7 @@ import base64
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = ["ONE_UUID", "RESERVED", "ZERO_UUID", "Uuid"]
@@ -41,11 +41,30 @@ class Uuid:
 
     most_significant_bits: int
     least_significant_bits: int
+    # Instance ids are dict keys several times per push: hash once, print once.
+    _hash: int = field(init=False, repr=False, compare=False)
+    _text: str | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         for half in (self.most_significant_bits, self.least_significant_bits):
             if not 0 <= half <= _U64:
                 raise ValueError(f"Uuid half {half} is not an unsigned 64-bit value")
+        object.__setattr__(
+            self, "_hash", hash((self.most_significant_bits, self.least_significant_bits))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Uuid:
+            return NotImplemented
+        assert isinstance(other, Uuid)
+        return (
+            self._hash == other._hash
+            and self.most_significant_bits == other.most_significant_bits
+            and self.least_significant_bits == other.least_significant_bits
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Uuid:
@@ -106,7 +125,11 @@ class Uuid:
         return self in RESERVED
 
     def __str__(self) -> str:
-        return base64.urlsafe_b64encode(self.to_bytes()).rstrip(b"=").decode("ascii")
+        text = self._text
+        if text is None:
+            text = base64.urlsafe_b64encode(self.to_bytes()).rstrip(b"=").decode("ascii")
+            object.__setattr__(self, "_text", text)
+        return text
 
     def __repr__(self) -> str:
         return f"Uuid({str(self)!r})"

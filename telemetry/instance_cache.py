@@ -37,10 +37,20 @@ class _Entry:
         self.connection_id: str | None = None
 
 
+_NO_DEADLINE = 2**63  # later than any deadline
+
+
 class InstanceCache:
     """Client instances by id; see the module docstring for the eviction rules."""
 
-    __slots__ = ("_by_connection", "_by_delay", "_entries", "_expiry_ms", "_max_size")
+    __slots__ = (
+        "_by_connection",
+        "_by_delay",
+        "_earliest_deadline_ms",
+        "_entries",
+        "_expiry_ms",
+        "_max_size",
+    )
 
     def __init__(
         self, max_size: int = DEFAULT_CACHE_SIZE, expiry_ms: int = DEFAULT_CACHE_EXPIRY_MS
@@ -54,6 +64,9 @@ class InstanceCache:
         self._entries: OrderedDict[Uuid, _Entry] = OrderedDict()  # eldest access first
         self._by_delay: dict[int, OrderedDict[Uuid, None]] = {}  # earliest deadline first
         self._by_connection: dict[str, set[Uuid]] = {}
+        # A lower bound on every deadline: expire() is called on every request
+        # and usually has nothing to do, so it answers that in O(1).
+        self._earliest_deadline_ms = _NO_DEADLINE
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -120,6 +133,7 @@ class InstanceCache:
             self._by_delay[entry.delay_ms].pop(client_instance_id, None)
         entry.delay_ms = self.expiry_delay_ms(entry.instance)
         entry.deadline_ms = now_ms + entry.delay_ms
+        self._earliest_deadline_ms = min(self._earliest_deadline_ms, entry.deadline_ms)
         self._by_delay.setdefault(entry.delay_ms, OrderedDict())[client_instance_id] = None
         if connection_id is not None and connection_id != entry.connection_id:
             self._unlink_connection(client_instance_id, entry.connection_id)
@@ -144,14 +158,22 @@ class InstanceCache:
 
     def expire(self, now_ms: int) -> list[Uuid]:
         """Drop every instance whose deadline is at or before ``now_ms``."""
+        if now_ms < self._earliest_deadline_ms:
+            return []
         expired: list[Uuid] = []
+        earliest = _NO_DEADLINE
         for bucket in list(self._by_delay.values()):
             while bucket:
                 client_instance_id = next(iter(bucket))
-                if self._entries[client_instance_id].deadline_ms > now_ms:
+                deadline_ms = self._entries[client_instance_id].deadline_ms
+                if deadline_ms > now_ms:
+                    earliest = min(earliest, deadline_ms)
                     break
                 expired.append(client_instance_id)
                 self._drop(client_instance_id)
+        # Re-arming only moves deadlines later, and removals never earlier, so
+        # the heads' minimum stays a valid lower bound until the next arm().
+        self._earliest_deadline_ms = earliest
         return expired
 
     def _drop(self, client_instance_id: Uuid) -> None:

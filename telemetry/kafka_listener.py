@@ -16,7 +16,6 @@ A push is acknowledged (error NONE) only after the ingest log has it on disk.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -25,19 +24,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from telemetry.client_instance import RequestContext
 from telemetry.client_uuid import Uuid
 from telemetry.errors import ErrorCode
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+from telemetry.kafka_connection import (
+    CloseConnectionError,
+    ConnectionState,
+    KafkaConnection,
+    PendingResponse,
+)
 from telemetry.manager import AcceptedPush, TelemetryManager
 from telemetry.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.wire import (
-    SIZE_PREFIX,
     ApiKey,
     ApiVersionsRequest,
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
-    MalformedFrameError,
     MetadataRequest,
     PushTelemetryRequest,
     PushTelemetryResponse,
@@ -48,7 +50,6 @@ from telemetry.wire import (
     build_metadata_response,
     decode_request,
     encode_response,
-    parse_size_prefix,
     unsupported_api_versions_response,
 )
 
@@ -70,7 +71,9 @@ def wall_clock_ms() -> int:
 class PushLog(Protocol):
     """Where accepted pushes go before they are acknowledged (the ingest log)."""
 
-    async def append(self, context: PushContext, payload: bytes) -> int: ...
+    def append_nowait(
+        self, context: PushContext, payload: bytes
+    ) -> tuple[int, asyncio.Future[None]]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,30 +99,6 @@ class ListenerStats:
     requests: Counter[str] = field(default_factory=Counter)
 
 
-@dataclass(slots=True)
-class _Connection:
-    connection_id: str
-    address: str
-    port: int
-    client_id: str = ""
-    software_name: str | None = None
-    software_version: str | None = None
-
-    def context(self) -> RequestContext:
-        return RequestContext(
-            client_id=self.client_id,
-            client_source_address=self.address,
-            client_source_port=self.port,
-            client_software_name=self.software_name,
-            client_software_version=self.software_version,
-            connection_id=self.connection_id,
-        )
-
-
-class _CloseConnectionError(Exception):
-    """The request cannot be answered; close the connection (Kafka does the same)."""
-
-
 class KafkaListener:
     """An asyncio server speaking enough of the Kafka protocol for KIP-714."""
 
@@ -135,8 +114,9 @@ class KafkaListener:
         self.log = log
         self.clock = clock
         self.stats = ListenerStats()
+        self.max_frame_bytes = config.max_frame_bytes
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[KafkaConnection] = set()
         self._ids = itertools.count(1)
         self._bound: tuple[str, int] | None = None
 
@@ -152,8 +132,9 @@ class KafkaListener:
         return (self.config.advertised_host or host, self.config.advertised_port or port)
 
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(
-            self._on_connection, self.config.host, self.config.port, limit=64 * 1024
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, self.config.host, self.config.port
         )
         sockname = self._server.sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
@@ -164,82 +145,46 @@ class KafkaListener:
             self._server.close()
             await self._server.wait_closed()
 
-    async def close(self) -> None:
-        """Stop accepting, then end every connection (in-flight appends are awaited)."""
+    async def close(self, drain_timeout_s: float = 5.0) -> None:
+        """Stop accepting, let pushes being logged finish (bounded), then close every connection."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        pending = [
+            connection.idle for connection in self._connections if not connection.idle.done()
+        ]
+        if pending:
+            await asyncio.wait(pending, timeout=drain_timeout_s)
+        for connection in list(self._connections):
+            connection.close("shutdown")
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
 
     # -- connections -------------------------------------------------------------------------
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-        peer = writer.get_extra_info("peername") or ("", 0)
-        connection = _Connection(
-            connection_id=f"kafka-{next(self._ids)}", address=str(peer[0]), port=int(peer[1])
-        )
+    def _new_connection(self) -> KafkaConnection:
+        connection = KafkaConnection(self, self._new_state)
+        self._connections.add(connection)
         self.stats.connections_accepted += 1
         self.stats.connections_open += 1
-        reason = "eof"
-        try:
-            reason = await self._serve(connection, reader, writer)
-        except asyncio.CancelledError:
-            reason = "shutdown"
-        except ConnectionError:
-            reason = "reset"
-        finally:
+        return connection
+
+    def _new_state(self, address: str, port: int) -> ConnectionState:
+        return ConnectionState(f"kafka-{next(self._ids)}", address, port)
+
+    def connection_closed(self, connection: KafkaConnection, reason: str) -> None:
+        if connection in self._connections:
+            self._connections.discard(connection)
             self.stats.connections_open -= 1
             self.stats.closed_for[reason] += 1
-            self.manager.on_disconnect(connection.connection_id)
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-            if task is not None:
-                self._connections.discard(task)
-
-    async def _serve(
-        self, connection: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> str:
-        while True:
-            try:
-                prefix = await reader.readexactly(SIZE_PREFIX.size)
-            except asyncio.IncompleteReadError as eof:
-                return "eof" if not eof.partial else "truncated"
-            try:
-                size = parse_size_prefix(prefix, self.config.max_frame_bytes)
-                frame = await reader.readexactly(size)
-                response, throttle_time_ms = await self._handle(connection, frame)
-            except asyncio.IncompleteReadError:
-                _log.info("connection %s closed mid-frame", connection.connection_id)
-                return "truncated"
-            except (MalformedFrameError, _CloseConnectionError) as error:
-                _log.warning(
-                    "closing connection %s from %s:%s: %s",
-                    connection.connection_id,
-                    connection.address,
-                    connection.port,
-                    error,
-                )
-                return "malformed" if isinstance(error, MalformedFrameError) else "refused"
-            writer.write(response)
-            await writer.drain()
-            if throttle_time_ms > 0:
-                # Muted channel: read nothing more until the throttle has passed.
-                await asyncio.sleep(throttle_time_ms / 1000)
+            self.manager.on_disconnect(connection.state.connection_id)
 
     # -- requests ----------------------------------------------------------------------------
 
-    async def _handle(self, connection: _Connection, frame: bytes) -> tuple[bytes, int]:
+    def handle_frame(
+        self, state: ConnectionState, frame: bytes
+    ) -> tuple[bytes, int] | PendingResponse:
+        """Answer one request: ``(response frame, throttle ms)``, or a push still being logged."""
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as error:
@@ -248,16 +193,22 @@ class KafkaListener:
                 self.stats.requests["ApiVersions"] += 1
                 answer = unsupported_api_versions_response()
                 return encode_response(error.header, ApiKey.API_VERSIONS, 0, answer), 0
-            raise _CloseConnectionError(str(error)) from error
+            raise CloseConnectionError(str(error)) from error
         except UnsupportedApiKeyError as error:
-            raise _CloseConnectionError(str(error)) from error
-        connection.client_id = header.client_id or ""
+            raise CloseConnectionError(str(error)) from error
+        # Kafka reads a null client id as "".
+        state.identify(header.client_id or "")
         version = header.api_version
+        if isinstance(request, PushTelemetryRequest):
+            self.stats.requests["PushTelemetry"] += 1
+            return self._push(state, header, request)
+        if isinstance(request, GetTelemetrySubscriptionsRequest):
+            self.stats.requests["GetTelemetrySubscriptions"] += 1
+            return self._get_subscriptions(state, header, request), 0
         if isinstance(request, ApiVersionsRequest):
             self.stats.requests["ApiVersions"] += 1
             if request.client_software_name:
-                connection.software_name = request.client_software_name
-                connection.software_version = request.client_software_version
+                state.software(request.client_software_name, request.client_software_version)
             return encode_response(header, ApiKey.API_VERSIONS, version, api_versions_response()), 0
         if isinstance(request, MetadataRequest):
             self.stats.requests["Metadata"] += 1
@@ -271,22 +222,16 @@ class KafkaListener:
                 cluster_id=self.config.cluster_id,
             )
             return encode_response(header, ApiKey.METADATA, version, metadata), 0
-        if isinstance(request, GetTelemetrySubscriptionsRequest):
-            self.stats.requests["GetTelemetrySubscriptions"] += 1
-            return self._get_subscriptions(connection, header, request), 0
-        if isinstance(request, PushTelemetryRequest):
-            self.stats.requests["PushTelemetry"] += 1
-            return await self._push(connection, header, request)
-        raise _CloseConnectionError(f"no handler for {type(request).__name__}")
+        raise CloseConnectionError(f"no handler for {type(request).__name__}")
 
     def _get_subscriptions(
         self,
-        connection: _Connection,
+        state: ConnectionState,
         header: RequestHeader,
         request: GetTelemetrySubscriptionsRequest,
     ) -> bytes:
         answer = self.manager.get_telemetry_subscriptions(
-            Uuid.from_bytes(request.client_instance_id.bytes), connection.context(), self.clock()
+            Uuid.from_bytes(request.client_instance_id.bytes), state.context(), self.clock()
         )
         response = GetTelemetrySubscriptionsResponse(
             error_code=int(answer.error_code),
@@ -301,60 +246,98 @@ class KafkaListener:
         )
         return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response)
 
-    async def _push(
-        self, connection: _Connection, header: RequestHeader, request: PushTelemetryRequest
-    ) -> tuple[bytes, int]:
+    def _push(
+        self, state: ConnectionState, header: RequestHeader, request: PushTelemetryRequest
+    ) -> tuple[bytes, int] | PendingResponse:
         outcome = self.manager.validate_push(
             client_instance_id=Uuid.from_bytes(request.client_instance_id.bytes),
             subscription_id=request.subscription_id,
             terminating=request.terminating,
             compression_type=request.compression_type,
             metrics=None if request.metrics_was_null else request.metrics,
-            context=connection.context(),
+            context=state.context(),
             now_ms=self.clock(),
         )
-        if isinstance(outcome, AcceptedPush):
-            outcome = await self._log_push(outcome)
-        response = PushTelemetryResponse(
-            error_code=int(outcome.error_code), throttle_time_ms=outcome.throttle_time_ms
-        )
-        frame = encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response)
-        return frame, outcome.throttle_time_ms
-
-    async def _log_push(self, accepted: AcceptedPush) -> ManagerPushResponse:
-        """Append durably, then complete the push with the outcome of the append."""
-        if not accepted.data:
-            return self.manager.complete_push(accepted)  # null/empty metrics: nothing to log
-        context = accepted.context
-        push_context = PushContext(
-            client_instance_id=str(accepted.client_instance_id),
-            subscription_id=accepted.subscription_id,
-            received_time_ms=accepted.received_ms,
-            push_interval_ms=accepted.push_interval_ms,
-            terminating=accepted.terminating,
-            # Kafka reads a null client id as ""; the log keeps "absent" as None.
-            client_id=context.client_id or None,
-            client_software_name=context.client_software_name,
-            client_software_version=context.client_software_version,
-            client_source_address=context.client_source_address,
-            client_source_port=context.client_source_port,
-            principal=context.principal,
-        )
+        if not isinstance(outcome, AcceptedPush):
+            return _push_response(header, outcome)
+        if not outcome.data:
+            # Null or empty metrics: nothing to log.
+            return _push_response(header, self.manager.complete_push(outcome))
         try:
-            await self.log.append(push_context, accepted.data)
-        except LogFullError as full:
-            _log.warning("refusing a push: %s", full.reason)
+            _, durable = self.log.append_nowait(_push_context(outcome), outcome.data)
+        except Exception as error:
+            return _push_response(header, self._append_failed(outcome, error))
+        return _PendingPush(self, header, outcome, durable)
+
+    def _append_failed(self, accepted: AcceptedPush, error: BaseException) -> ManagerPushResponse:
+        """The push is not acknowledged; the error code tells the client when to retry."""
+        if isinstance(error, LogFullError):
+            _log.warning("refusing a push: %s", error.reason)
             return self.manager.complete_push(
                 accepted,
                 ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                throttle_time_ms=full.throttle_time_ms,
+                throttle_time_ms=error.throttle_time_ms,
             )
-        except RecordTooLargeError:
+        if isinstance(error, RecordTooLargeError):
             return self.manager.complete_push(accepted, ErrorCode.TELEMETRY_TOO_LARGE)
-        except Exception:
-            # The push is not acknowledged; the client retries after its interval.
-            _log.exception("the ingest log could not take a push")
-            return self.manager.complete_push(
-                accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=1000
-            )
-        return self.manager.complete_push(accepted)
+        _log.error("the ingest log could not take a push: %s", error)
+        # Retryable for every client (87 would switch their telemetry off).
+        return self.manager.complete_push(
+            accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=1000
+        )
+
+
+class _PendingPush:
+    """An accepted push waiting for its fsync; answered from the log future's callback."""
+
+    __slots__ = ("_accepted", "_durable", "_header", "_listener")
+
+    def __init__(
+        self,
+        listener: KafkaListener,
+        header: RequestHeader,
+        accepted: AcceptedPush,
+        durable: asyncio.Future[None],
+    ) -> None:
+        self._listener = listener
+        self._header = header
+        self._accepted = accepted
+        self._durable = durable
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        def done(durable: asyncio.Future[None]) -> None:
+            manager = self._listener.manager
+            error = None if durable.cancelled() else durable.exception()
+            if durable.cancelled() or error is not None:
+                failure = error if error is not None else asyncio.CancelledError()
+                outcome = self._listener._append_failed(self._accepted, failure)
+            else:
+                outcome = manager.complete_push(self._accepted)
+            callback(_push_response(self._header, outcome))
+
+        self._durable.add_done_callback(done)
+
+
+def _push_response(header: RequestHeader, outcome: ManagerPushResponse) -> tuple[bytes, int]:
+    response = PushTelemetryResponse(
+        error_code=int(outcome.error_code), throttle_time_ms=outcome.throttle_time_ms
+    )
+    return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), outcome.throttle_time_ms
+
+
+def _push_context(accepted: AcceptedPush) -> PushContext:
+    context = accepted.context
+    return PushContext(
+        client_instance_id=str(accepted.client_instance_id),
+        subscription_id=accepted.subscription_id,
+        received_time_ms=accepted.received_ms,
+        push_interval_ms=accepted.push_interval_ms,
+        terminating=accepted.terminating,
+        # Kafka reads a null client id as ""; the log keeps "absent" as None.
+        client_id=context.client_id or None,
+        client_software_name=context.client_software_name,
+        client_software_version=context.client_software_version,
+        client_source_address=context.client_source_address,
+        client_source_port=context.client_source_port,
+        principal=context.principal,
+    )

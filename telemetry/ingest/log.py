@@ -119,6 +119,21 @@ class IngestLog:
     async def append(self, context: PushContext, payload: bytes) -> int:
         """Append one push; return its offset once it is durable on disk.
 
+        See :meth:`append_nowait` for what can be raised.
+        """
+        offset, durable = self.append_nowait(context, payload)
+        await durable
+        return offset
+
+    def append_nowait(
+        self, context: PushContext, payload: bytes
+    ) -> tuple[int, asyncio.Future[None]]:
+        """Queue one push; return its offset and a future done once it is durable.
+
+        For callers that finish their work in a callback rather than a task
+        (the Kafka listener, where a task per push is measurable). The future
+        fails with ``LogFailedError`` if the write or fsync fails.
+
         Cancelling the caller does not withdraw the record: it may still be
         written, unacknowledged, and a retrying client then gets it logged
         twice (at least once, like a Kafka producer retry).
@@ -150,8 +165,7 @@ class IngestLog:
         self._pending_futures.append(future)
         self._pending_bytes += length
         self._wakeup.set()
-        await future
-        return offset
+        return offset, future
 
     def _refuse(self, length: int) -> LogFullError:
         slowest = self._positions.slowest()

@@ -1,0 +1,247 @@
+"""One Kafka-protocol connection: framing, ordering, muting and backpressure.
+
+An ``asyncio.Protocol`` rather than streams: the listener answers thousands
+of pushes a second on one event loop, and a reader task plus ``drain()`` per
+request cost more than the request. Frames are split out of one buffer and
+handled strictly one at a time, in order, as a Kafka broker mutes a channel
+while its request is in flight; a push waiting for the ingest log completes
+through a callback, not a task.
+
+Memory per connection is bounded: reading pauses while a frame is in flight
+and more than a few frames (or more than one maximal frame) are buffered,
+and while the peer does not read its responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, cast
+
+from telemetry.client_instance import RequestContext
+from telemetry.wire import SIZE_PREFIX, MalformedFrameError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_log = logging.getLogger(__name__)
+
+#: Frames buffered beyond the one in flight before reading pauses.
+MAX_QUEUED_FRAMES = 8
+
+
+class CloseConnectionError(Exception):
+    """The request cannot be answered; close the connection (Kafka does the same)."""
+
+
+@dataclass(slots=True)
+class ConnectionState:
+    """Who is on the other end: what KIP-714 identifies a client instance by."""
+
+    connection_id: str
+    address: str
+    port: int
+    client_id: str = ""
+    software_name: str | None = None
+    software_version: str | None = None
+    _context: RequestContext | None = None
+
+    def identify(self, client_id: str) -> None:
+        if client_id != self.client_id:
+            self.client_id = client_id
+            self._context = None
+
+    def software(self, name: str, version: str) -> None:
+        self.software_name = name
+        self.software_version = version
+        self._context = None
+
+    def context(self) -> RequestContext:
+        """The request context, rebuilt only when the client's identity changes."""
+        if self._context is None:
+            self._context = RequestContext(
+                client_id=self.client_id,
+                client_source_address=self.address,
+                client_source_port=self.port,
+                client_software_name=self.software_name,
+                client_software_version=self.software_version,
+                connection_id=self.connection_id,
+            )
+        return self._context
+
+
+class PendingResponse(Protocol):
+    """A response that completes later (a push waiting to be durable)."""
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None: ...
+
+
+class FrameHandler(Protocol):
+    """The listener side: turns one request frame into a response."""
+
+    max_frame_bytes: int
+
+    def handle_frame(
+        self, state: ConnectionState, frame: bytes
+    ) -> tuple[bytes, int] | PendingResponse: ...
+
+    def connection_closed(self, connection: KafkaConnection, reason: str) -> None: ...
+
+
+class KafkaConnection(asyncio.Protocol):
+    """Serves one client connection; see the module docstring."""
+
+    def __init__(self, handler: FrameHandler, state_factory: Callable[[str, int], ConnectionState]):
+        self._handler = handler
+        self._state_factory = state_factory
+        self.state = ConnectionState("", "", 0)
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._frames: collections.deque[bytes] = collections.deque()
+        self._busy = False  # a request in flight, or the channel muted
+        self._eof = False
+        self._closed = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._mute: asyncio.TimerHandle | None = None
+        self.idle = asyncio.get_running_loop().create_future()  # done when nothing is in flight
+        self.idle.set_result(None)
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        self._transport = cast("asyncio.Transport", transport)
+        peer = self._transport.get_extra_info("peername") or ("", 0)
+        self.state = self._state_factory(str(peer[0]), int(peer[1]))
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._buffer += data
+        if self._split_frames():
+            self._pump()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._pump()
+        return True  # we close once the requests already read are answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            self._closed = True
+            self._finish("reset" if exc is not None else "eof")
+        if self._mute is not None:
+            self._mute.cancel()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._pump()
+
+    # -- framing and ordering ----------------------------------------------------------------
+
+    def _split_frames(self) -> bool:
+        buffer = self._buffer
+        limit = self._handler.max_frame_bytes
+        while len(buffer) >= SIZE_PREFIX.size:
+            (size,) = SIZE_PREFIX.unpack_from(buffer)
+            if size < 0 or size > limit:
+                self.close("malformed", f"frame size {size} outside 0..{limit}")
+                return False
+            end = SIZE_PREFIX.size + size
+            if len(buffer) < end:
+                break
+            self._frames.append(bytes(buffer[SIZE_PREFIX.size : end]))
+            del buffer[:end]
+        if len(self._frames) > MAX_QUEUED_FRAMES or len(buffer) > limit + SIZE_PREFIX.size:
+            self._pause_reading()
+        return True
+
+    def _pump(self) -> None:
+        """Answer queued frames in order until one must wait (a push, a mute, a full socket)."""
+        while self._frames and not self._busy and not self._closed and not self._writing_paused:
+            frame = self._frames.popleft()
+            try:
+                result = self._handler.handle_frame(self.state, frame)
+            except (MalformedFrameError, CloseConnectionError) as error:
+                reason = "malformed" if isinstance(error, MalformedFrameError) else "refused"
+                self.close(reason, str(error))
+                return
+            if isinstance(result, tuple):
+                self._respond(*result)
+            else:
+                self._busy = True
+                self.idle = asyncio.get_running_loop().create_future()
+                result.add_done_callback(self._completed)
+                return
+        if self._closed:
+            return
+        if self._reading_paused and len(self._frames) <= MAX_QUEUED_FRAMES // 2 and not self._busy:
+            self._resume_reading()
+        if self._eof and not self._frames and not self._busy:
+            self.close("truncated" if self._buffer else "eof")
+
+    def _completed(self, outcome: tuple[bytes, int]) -> None:
+        self._busy = False
+        if not self.idle.done():
+            self.idle.set_result(None)
+        if self._closed:
+            return
+        self._respond(*outcome)
+        self._pump()
+
+    def _respond(self, response: bytes, throttle_time_ms: int) -> None:
+        assert self._transport is not None
+        self._transport.write(response)
+        if throttle_time_ms > 0:
+            # A muted channel: read and answer nothing more until the throttle passed.
+            self._busy = True
+            self._pause_reading()
+            self._mute = asyncio.get_running_loop().call_later(
+                throttle_time_ms / 1000, self._unmute
+            )
+
+    def _unmute(self) -> None:
+        self._mute = None
+        self._busy = False
+        self._pump()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self._transport is not None and not self._closed:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def close(self, reason: str, detail: str | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if detail is not None:
+            _log.warning(
+                "closing connection %s from %s:%s: %s",
+                self.state.connection_id,
+                self.state.address,
+                self.state.port,
+                detail,
+            )
+        if self._transport is not None:
+            self._transport.close()
+        self._finish(reason)
+
+    def _finish(self, reason: str) -> None:
+        self._frames.clear()
+        if self._mute is not None:
+            self._mute.cancel()
+            self._mute = None
+        self._handler.connection_closed(self, reason)
