@@ -254,7 +254,9 @@ class TelemetryManager:
         except TelemetryError as error:
             return self._push_refused(instance, error)
         return AcceptedPush(
-            client_instance_id=client_instance_id,
+            # The instance's own id object: equal to the request's, and its
+            # text form (logged with every push) is computed once per instance.
+            client_instance_id=instance.client_instance_id,
             subscription_id=subscription_id,
             context=context,
             metadata=instance.metadata,
