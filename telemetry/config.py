@@ -33,10 +33,9 @@ DEFAULT_DATA_DIR = "./kip714-data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
-#: The built-in exporter a config without ``[exporters]`` gets. The Parquet
-#: landing replaces it once it exists; until then every data point goes to
-#: ``<data_dir>/jsonl/kip714.jsonl``.
-DEFAULT_EXPORTER_TYPE = "jsonl"
+#: The built-in exporter a config without ``[exporters]`` gets: the Parquet
+#: landing under ``<data_dir>/metrics/`` (design §4.7).
+DEFAULT_EXPORTER_TYPE = "parquet"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +81,7 @@ def default_exporters(data_dir: Path) -> tuple[ExporterSettings, ...]:
         ExporterSettings(
             name=DEFAULT_EXPORTER_NAME,
             type=DEFAULT_EXPORTER_TYPE,
-            options={"path": str(data_dir / "jsonl" / "kip714.jsonl")},
+            options={"path": str(data_dir)},
         ),
     )
 

@@ -9,6 +9,7 @@ prefix, base units, and ``_total`` for counters.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -184,7 +185,14 @@ class ServerCollector(Collector):
             "Time of successful export calls, per exporter.",
             labels=["exporter"],
         )
+        plugin_stats = GaugeMetricFamily(
+            "kip714_exporter_stat",
+            "An exporter's own counters (its stats object's numeric fields), by name.",
+            labels=["exporter", "stat"],
+        )
         for host in self.hosts:
+            for stat, value in _numeric_fields(getattr(host.exporter, "stats", None)):
+                plugin_stats.add_metric([host.name, stat], value)
             lag.add_metric([host.name], host.lag)
             exported.add_metric([host.name], host.stats.exported_pushes)
             failures.add_metric([host.name], host.stats.failures)
@@ -194,7 +202,23 @@ class ServerCollector(Collector):
                 _buckets(EXPORT_BUCKETS_S, host.stats.export_bucket_counts),
                 host.stats.export_seconds_total,
             )
-        yield from (lag, exported, failures, skipped, latency)
+        yield from (lag, exported, failures, skipped, latency, plugin_stats)
+
+
+def _numeric_fields(stats: object) -> list[tuple[str, float]]:
+    """The int/float fields of an exporter's stats (a dataclass or a plain object)."""
+    if stats is None:
+        return []
+    if dataclasses.is_dataclass(stats):
+        names = [f.name for f in dataclasses.fields(stats)]
+    else:
+        names = [name for name in vars(stats) if not name.startswith("_")]
+    values = []
+    for name in names:
+        value = getattr(stats, name, None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values.append((name, float(value)))
+    return values
 
 
 def make_registry(collector: Collector) -> CollectorRegistry:

@@ -25,7 +25,7 @@ def test_embedded_defaults_need_no_file() -> None:
     assert [s.name for s in settings.subscriptions] == ["default"]
     assert settings.subscriptions[0].metrics == ("org.apache.kafka.",)
     assert settings.subscriptions[0].interval_ms == 60_000
-    assert [(e.name, e.type) for e in settings.exporters] == [("landing", "jsonl")]
+    assert [(e.name, e.type) for e in settings.exporters] == [("landing", "parquet")]
     assert settings.telemetry.max_bytes == 1_048_576
     assert settings.config_path is None
 
@@ -67,7 +67,7 @@ metrics = "*"
     assert producers.match["client_software_name"].pattern == "confluent-kafka-.*"
     assert settings.subscriptions[1].metrics == ("*",)
     # No [exporters]: the default exporter stays, under the file's data_dir.
-    assert settings.exporters[0].options == {"path": "/var/lib/kip714/jsonl/kip714.jsonl"}
+    assert settings.exporters[0].options == {"path": "/var/lib/kip714"}
 
 
 def test_exporters_table(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert settings.kafka.port == 0
     assert settings.http_port == 0
     assert settings.data_dir == tmp_path / "d"
-    assert settings.exporters[0].options == {"path": str(tmp_path / "d" / "jsonl" / "kip714.jsonl")}
+    assert settings.exporters[0].options == {"path": str(tmp_path / "d")}
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,8 @@ def test_real_clients_push_through_serve_to_the_exporter(
     assert accepted and float(accepted[0].split()[-1]) >= 6
     assert "kip714_log_fsync_seconds_count" in metrics
     assert 'kip714_exporter_lag_pushes{exporter="debug"}' in metrics
+    # The jsonl exporter's own counters, through its stats object.
+    assert 'kip714_exporter_stat{exporter="debug",stat=' in metrics
 
     assert server.stop() == 0
     assert any("kip714 stopped" in e.get("event", "") for e in server.events())

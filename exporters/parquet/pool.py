@@ -1,0 +1,158 @@
+"""Worker processes seen from the event loop: ordered requests, one future per reply.
+
+Each worker gets one pipe. Requests are pickled and written by a one-thread
+executor (so a full pipe never blocks the loop, and requests keep their
+order); a reader thread per worker receives the replies, which come back in
+request order, and resolves the oldest pending future. A worker that dies
+fails every pending and later request with ``WorkerFailedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import multiprocessing
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from exporters.parquet.worker import WorkerConfig, worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import SpawnProcess
+
+__all__ = ["WorkerFailedError", "WorkerHandle"]
+
+
+class WorkerFailedError(Exception):
+    """A worker process died or reported a failure; its generation cannot be published."""
+
+
+class WorkerHandle:
+    """One worker process and its pipe."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        # spawn, not fork: the server runs threads (the log's writer, the
+        # exporter hosts' readers), and forking a threaded process can copy a
+        # held lock into the child.
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.process: SpawnProcess = context.Process(
+            target=worker_main,
+            args=(child, config),
+            name=f"kip714-parquet-w{config.worker_id}",
+            daemon=True,
+        )
+        self._child: Connection | None = child
+        self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"parquet-send-w{config.worker_id}")
+        self._reader: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.failure: str | None = None
+
+    def start(self) -> None:
+        """Start the process and the reply reader (blocking: run it in a thread)."""
+        self.process.start()
+        if self._child is not None:
+            self._child.close()  # only the worker holds its end, so its death is EOF here
+            self._child = None
+        self._reader = threading.Thread(
+            target=self._read, name=f"{self.process.name}-replies", daemon=True
+        )
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        if self._reader is not None and not self._reader.is_alive():
+            self._reader.start()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def request(self, message: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """Queue ``message``; the future resolves with the worker's reply."""
+        assert self._loop is not None, "attach() first"
+        future: asyncio.Future[Any] = self._loop.create_future()
+        if self.failure is not None:
+            future.set_exception(WorkerFailedError(self.failure))
+            return future
+        self._pending.append(future)
+        self._sender.submit(self._send, message)
+        return future
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError) as error:
+            self._fail(f"sending to {self.process.name} failed: {error!r}")
+
+    def _read(self) -> None:
+        while True:
+            try:
+                reply = self._conn.recv()
+            except (EOFError, OSError):
+                code = self.process.exitcode
+                self._fail(f"{self.process.name} exited (code {code})")
+                return
+            if reply[0] == "error":
+                self._resolve_next(error=f"{self.process.name} failed:\n{reply[1]}")
+            else:
+                self._resolve_next(result=reply)
+            if reply[0] == "stopped":
+                return
+
+    def _resolve_next(self, result: Any = None, error: str | None = None) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def resolve() -> None:
+            if not self._pending:
+                return
+            future = self._pending.popleft()
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(WorkerFailedError(error))
+            else:
+                future.set_result(result)
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(resolve)
+
+    def _fail(self, reason: str) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self.failure = self.failure or reason
+            return
+
+        def fail_all() -> None:
+            self.failure = self.failure or reason
+            while self._pending:
+                future = self._pending.popleft()
+                if not future.done():
+                    future.set_exception(WorkerFailedError(reason))
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(fail_all)
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Ask the worker to exit (it discards unsealed files), then reap it."""
+        if self.process.is_alive() and self.failure is None and self._loop is not None:
+            with contextlib.suppress(WorkerFailedError, TimeoutError):
+                await asyncio.wait_for(self.request(("stop",)), timeout_s)
+        await asyncio.to_thread(self._reap, timeout_s)
+
+    def _reap(self, timeout_s: float) -> None:
+        self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        # The worker is gone, so the reader has seen EOF (or "stopped") and returns.
+        if self._reader is not None and self._reader.is_alive():
+            self._reader.join(5)
+        self._sender.shutdown(wait=True)
+        self._conn.close()
+        self.process.close()

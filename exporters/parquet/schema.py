@@ -1,0 +1,156 @@
+"""The landing's Parquet schemas, and turning flattened rows into Arrow tables.
+
+The ``metrics`` table is ``exporters.otlp_rows``'s row schema (design.md
+§4.6), with one storage change: the three times are ``timestamp[us, UTC]``,
+not nanoseconds. Spark (and Hive, and most engines) read Parquet timestamps
+at microsecond precision and refuse or mangle nanosecond ones, while no
+client metric is meaningful below a microsecond; the cast truncates.
+
+``date`` and ``hour`` are not columns of the files: they are Hive partition
+directories (``date=2026-11-21/hour=04``), the UTC date and hour of the data
+point's ``time`` (of ``received_time`` in the raw ``pushes`` table), so every
+Hive-aware reader adds them as columns and prunes on them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import TYPE_CHECKING, Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporters.otlp_rows import COLUMNS, arrow_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from exporters.api import LoggedPush
+    from exporters.otlp_rows import Columns
+
+__all__ = [
+    "METRICS_TABLE",
+    "PUSHES_TABLE",
+    "SCHEMA_VERSION",
+    "TIME_COLUMNS",
+    "metrics_schema",
+    "metrics_table",
+    "ns_to_us",
+    "partition_name",
+    "pushes_schema",
+    "pushes_table",
+    "split_by_hour",
+]
+
+METRICS_TABLE: Final = "metrics"
+PUSHES_TABLE: Final = "pushes"
+#: Written into every file's key-value metadata; raised when a column changes meaning.
+SCHEMA_VERSION: Final = "1"
+TIME_COLUMNS: Final = ("time", "start_time", "received_time")
+US_PER_HOUR: Final = 3_600_000_000
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@functools.cache
+def metrics_schema() -> pa.Schema:
+    """``otlp_rows.arrow_schema()`` with the times stored as ``timestamp[us, UTC]``."""
+    base = arrow_schema()
+    fields = [pa.field(f.name, _TIMESTAMP) if f.name in TIME_COLUMNS else f for f in base]
+    return pa.schema(fields)
+
+
+@functools.cache
+def pushes_schema() -> pa.Schema:
+    """One row per push: its context and the decompressed OTLP bytes, for re-flattening."""
+    return pa.schema(
+        [
+            ("push_offset", pa.int64()),
+            ("received_time", _TIMESTAMP),
+            ("client_instance_id", pa.string()),
+            ("subscription_id", pa.int64()),
+            ("client_id", pa.string()),
+            ("client_software_name", pa.string()),
+            ("client_software_version", pa.string()),
+            ("client_source_address", pa.string()),
+            ("client_source_port", pa.int32()),
+            ("principal", pa.string()),
+            ("push_interval_ms", pa.int64()),
+            ("terminating", pa.bool_()),
+            ("content_type", pa.string()),
+            ("payload", pa.large_binary()),
+        ]
+    )
+
+
+@functools.cache
+def _build_schema() -> pa.Schema:
+    # Times arrive as uint64 nanoseconds: OTLP's fixed64 can exceed int64, which
+    # timestamp[ns] cannot hold, so they are divided down to µs before the cast.
+    base = arrow_schema()
+    return pa.schema([pa.field(f.name, pa.uint64()) if f.name in TIME_COLUMNS else f for f in base])
+
+
+def metrics_table(columns: Columns) -> pa.Table:
+    """Flattened columns (``otlp_rows``) as a table of ``metrics_schema()``."""
+    table = pa.Table.from_pydict(columns, schema=_build_schema())
+    arrays = [
+        ns_to_us(table.column(name)) if name in TIME_COLUMNS else table.column(name)
+        for name in COLUMNS
+    ]
+    return pa.Table.from_arrays(arrays, schema=metrics_schema())
+
+
+def ns_to_us(column: Any) -> Any:
+    """uint64 nanoseconds → ``timestamp[us, UTC]`` (truncating; every uint64 fits)."""
+    return pc.cast(pc.divide(column, pa.scalar(1000, pa.uint64())), pa.int64()).cast(_TIMESTAMP)
+
+
+def pushes_table(pushes: Sequence[LoggedPush]) -> pa.Table:
+    """The raw ``pushes`` rows of ``pushes``, in order."""
+    return pa.Table.from_pydict(
+        {
+            "push_offset": [p.offset for p in pushes],
+            "received_time": [p.received_time_ms * 1000 for p in pushes],
+            "client_instance_id": [p.client_instance_id for p in pushes],
+            "subscription_id": [p.subscription_id for p in pushes],
+            "client_id": [p.client_id for p in pushes],
+            "client_software_name": [p.client_software_name for p in pushes],
+            "client_software_version": [p.client_software_version for p in pushes],
+            "client_source_address": [p.client_source_address for p in pushes],
+            "client_source_port": [p.client_source_port for p in pushes],
+            "principal": [p.principal for p in pushes],
+            "push_interval_ms": [p.push_interval_ms for p in pushes],
+            "terminating": [p.terminating for p in pushes],
+            "content_type": [p.content_type for p in pushes],
+            "payload": [p.payload for p in pushes],
+        },
+        schema=pushes_schema(),
+    )
+
+
+def split_by_hour(table: pa.Table, time_column: str) -> list[tuple[int, pa.Table]]:
+    """``table`` cut into one piece per UTC hour of ``time_column``: ``(hours since epoch, rows)``.
+
+    Almost every batch falls in one hour, which costs one ``min``/``max``
+    and no copy; only a batch that crosses an hour (or carries skewed client
+    clocks) is filtered per hour.
+    """
+    if table.num_rows == 0:
+        return []
+    hours = pc.divide(table.column(time_column).cast(pa.int64()), US_PER_HOUR)
+    bounds = pc.min_max(hours)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low == high:
+        return [(int(low), table)]
+    return [
+        (int(hour), table.filter(pc.equal(hours, hour)))
+        for hour in sorted(pc.unique(hours).to_pylist())
+    ]
+
+
+def partition_name(hour: int) -> str:
+    """The Hive partition path of an hour since the epoch: ``date=YYYY-MM-DD/hour=HH``."""
+    stamp = _EPOCH + dt.timedelta(hours=hour)
+    return f"date={stamp:%Y-%m-%d}/hour={stamp:%H}"

@@ -1,0 +1,250 @@
+"""The worker process: flattens logged pushes and writes them to staged Parquet files.
+
+A worker is stateful: it keeps one open ``ParquetWriter`` per table and hour
+of the current generation, appends row groups as batches arrive, and on
+``seal`` closes, fsyncs and reports its files. Flattening and encoding (the
+costly steps) therefore never run in the server process, and files can be
+large while memory stays bounded by one row group per open file.
+
+Messages, in order, over a ``multiprocessing`` pipe (the parent keeps a FIFO
+of futures, so every request gets exactly one reply, in order):
+
+* ``("batch", [LoggedPush fields as a tuple, ...])`` → ``("done", BatchReport)``
+* ``("seal", first, last)`` → ``("sealed", [PublishedFile, ...])``
+* ``("stop",)`` → ``("stopped",)``, then the process exits
+* anything that fails → ``("error", traceback)``; the worker is then
+  poisoned and refuses to seal, so a generation missing a batch is never
+  published.
+
+A worker whose parent dies sees EOF on the pipe and exits, discarding its
+staged files (recovery deletes them; no manifest names them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from exporters.api import LoggedPush
+from exporters.otlp_rows import FlattenStats
+from exporters.parquet.flatten import flatten_to_table
+from exporters.parquet.publish import STAGED_SUFFIX, PublishedFile, fsync_dir, staging_dir
+from exporters.parquet.schema import (
+    METRICS_TABLE,
+    PUSHES_TABLE,
+    SCHEMA_VERSION,
+    metrics_schema,
+    partition_name,
+    pushes_schema,
+    pushes_table,
+    split_by_hour,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from multiprocessing.connection import Connection
+
+__all__ = ["BatchReport", "WorkerConfig", "WorkerLanding", "worker_main"]
+
+_log = logging.getLogger(__name__)
+_FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    root: str
+    worker_id: int
+    token: str  # unique per exporter start, so staged names never collide
+    raw: bool
+    compression_level: int | None
+    row_group_rows: int
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """What one batch did, for the exporter's counters and its file-size decisions."""
+
+    stats: FlattenStats
+    rows: int
+    raw_rows: int
+    unlandable: list[int] = field(default_factory=list)  # offsets of pushes that failed to convert
+    buffered_rows: int = 0
+    open_files: int = 0
+
+
+@dataclass(slots=True)
+class _OpenFile:
+    table: str
+    hour: int
+    staged: str
+    writer: pq.ParquetWriter
+    rows: int = 0
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+
+
+class WorkerLanding:
+    """One worker's files of the current generation (usable in-process, for tests)."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.staging = staging_dir(Path(config.root))
+        self.files: dict[tuple[str, int], _OpenFile] = {}
+        self.generation = 0
+        self.poisoned: str | None = None
+        self._schemas = {METRICS_TABLE: metrics_schema(), PUSHES_TABLE: pushes_schema()}
+
+    def batch(self, pushes: Sequence[LoggedPush]) -> BatchReport:
+        table, stats, unlandable = flatten_to_table(pushes)
+        report = BatchReport(stats=stats, rows=table.num_rows, raw_rows=0, unlandable=unlandable)
+        for hour, part in split_by_hour(table, "time"):
+            self._append(METRICS_TABLE, hour, part)
+        if self.config.raw:
+            raw = pushes_table(pushes)
+            report.raw_rows = raw.num_rows
+            for hour, part in split_by_hour(raw, "received_time"):
+                self._append(PUSHES_TABLE, hour, part)
+        self._bound_memory()
+        report.buffered_rows = sum(f.pending_rows for f in self.files.values())
+        report.open_files = len(self.files)
+        return report
+
+    def seal(self, first: int, last: int) -> list[PublishedFile]:
+        """Close every open file as part of generation ``first..last``; fsync them."""
+        if self.poisoned is not None:
+            raise RuntimeError(f"worker refuses to seal after a failure: {self.poisoned}")
+        sealed: list[PublishedFile] = []
+        metadata = {
+            "kip714.first_offset": str(first),
+            "kip714.last_offset": str(last),
+            "kip714.schema_version": SCHEMA_VERSION,
+        }
+        for key, open_file in sorted(self.files.items()):
+            self._write_pending(open_file)
+            open_file.writer.add_key_value_metadata({**metadata, "kip714.table": open_file.table})
+            open_file.writer.close()
+            path = self.staging / open_file.staged
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            table, hour = key
+            final = (
+                f"{table}/{partition_name(hour)}/"
+                f"part-{first:020d}-{last:020d}-w{self.config.worker_id}.parquet"
+            )
+            size = path.stat().st_size
+            sealed.append(PublishedFile(open_file.staged, final, open_file.rows, size))
+        if sealed:
+            fsync_dir(self.staging)
+        self.files.clear()
+        self.generation += 1
+        return sealed
+
+    def abort(self) -> None:
+        """Close and delete every open staged file (shutdown without a seal)."""
+        for open_file in self.files.values():
+            with contextlib.suppress(Exception):
+                open_file.writer.close()
+            (self.staging / open_file.staged).unlink(missing_ok=True)
+        self.files.clear()
+
+    def _append(self, table: str, hour: int, rows: pa.Table) -> None:
+        key = (table, hour)
+        open_file = self.files.get(key)
+        if open_file is None:
+            staged = (
+                f"{self.config.token}-g{self.generation:06d}-w{self.config.worker_id}"
+                f"-{table}-{hour}{STAGED_SUFFIX}"
+            )
+            writer = pq.ParquetWriter(
+                self.staging / staged,
+                self._schemas[table],
+                compression="zstd",
+                compression_level=self.config.compression_level,
+                use_byte_stream_split=list(_FLOAT_COLUMNS) if table == METRICS_TABLE else False,
+                use_dictionary=_dictionary_columns(table),
+            )
+            open_file = self.files[key] = _OpenFile(table, hour, staged, writer)
+        open_file.pending.append(rows)
+        open_file.pending_rows += rows.num_rows
+        if open_file.pending_rows >= self.config.row_group_rows:
+            self._write_pending(open_file)
+
+    def _bound_memory(self) -> None:
+        # Many partitions at once (skewed client clocks) must not each hold a
+        # row group's worth of rows: past twice one row group in total, the
+        # biggest buffers are written out as smaller row groups.
+        limit = 2 * self.config.row_group_rows
+        buffered = sum(f.pending_rows for f in self.files.values())
+        for open_file in sorted(self.files.values(), key=lambda f: -f.pending_rows):
+            if buffered <= limit:
+                break
+            buffered -= open_file.pending_rows
+            self._write_pending(open_file)
+
+    def _write_pending(self, open_file: _OpenFile) -> None:
+        if not open_file.pending:
+            return
+        rows = pa.concat_tables(open_file.pending)
+        open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+        open_file.rows += rows.num_rows
+        open_file.pending.clear()
+        open_file.pending_rows = 0
+
+
+def _dictionary_columns(table: str) -> bool | list[str]:
+    if table == METRICS_TABLE:
+        # Byte-stream split and dictionaries exclude each other; measured
+        # values rarely repeat, everything else does.
+        return [f.name for f in metrics_schema() if f.name not in _FLOAT_COLUMNS]
+    return [f.name for f in pushes_schema() if f.name != "payload"]
+
+
+def worker_main(conn: Connection, config: WorkerConfig) -> None:
+    """Entry point of a worker process; serves requests until ``stop`` or EOF."""
+    # The server handles SIGINT/SIGTERM and tells us when to stop; a Ctrl-C
+    # sent to the whole process group must not kill us before the final seal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The system allocator hands freed batches back to the OS; mimalloc kept
+    # about 40 MiB more resident here, for no measurable speed difference.
+    pa.set_memory_pool(pa.system_memory_pool())
+    landing = WorkerLanding(config)
+    try:
+        while True:
+            try:
+                message: tuple[Any, ...] = conn.recv()
+            except (EOFError, OSError):
+                return  # the parent is gone
+            kind = message[0]
+            if kind == "stop":
+                landing.abort()
+                conn.send(("stopped",))
+                return
+            try:
+                if landing.poisoned is not None and kind == "batch":
+                    raise RuntimeError(f"worker is poisoned: {landing.poisoned}")
+                if kind == "batch":
+                    pushes = [LoggedPush(*fields) for fields in message[1]]
+                    reply: tuple[Any, ...] = ("done", landing.batch(pushes))
+                elif kind == "seal":
+                    reply = ("sealed", landing.seal(message[1], message[2]))
+                else:
+                    raise ValueError(f"unknown request {kind!r}")
+            except Exception:
+                landing.poisoned = landing.poisoned or traceback.format_exc(limit=8)
+                reply = ("error", landing.poisoned)
+            conn.send(reply)
+    finally:
+        landing.abort()
+        conn.close()
