@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, final
 
 from exporters.api import TransientExportError
+from exporters.options import bool_option, check_keys, path_option
 from exporters.otlp_rows import FlattenStats, flatten_batch, iter_rows
 
 if TYPE_CHECKING:
@@ -62,22 +63,9 @@ class JsonlExporter:
     """
 
     def __init__(self, config: Mapping[str, Any], /) -> None:
-        unknown = sorted(set(config) - _OPTIONS)
-        if unknown:
-            raise TypeError(
-                f"unknown option {unknown[0]!r} for the jsonl exporter "
-                f"(known: {', '.join(sorted(_OPTIONS))})"
-            )
-        if "path" not in config:
-            raise TypeError("missing required option 'path' for the jsonl exporter")
-        path = config["path"]
-        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
-            raise ValueError(f"option 'path' must be a non-empty file or directory path: {path!r}")
-        fsync = config.get("fsync", False)
-        if not isinstance(fsync, bool):
-            raise ValueError(f"option 'fsync' must be true or false: {fsync!r}")
-        self._configured_path = os.fspath(path)
-        self._fsync = fsync
+        check_keys(config, _OPTIONS, "jsonl")
+        self._configured_path = path_option(config, "file or directory path")
+        self._fsync = bool_option({"fsync": False, **config}, "fsync")
         self._path: Path | None = None
         self._file: IO[bytes] | None = None
         self._closed = False

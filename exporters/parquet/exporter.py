@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, final
 
 from exporters.api import LoggedPush, TransientExportError
+from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
@@ -99,28 +100,15 @@ class ParquetExporter:
     """
 
     def __init__(self, config: Mapping[str, Any], /) -> None:
-        unknown = sorted(set(config) - _OPTIONS)
-        if unknown:
-            raise TypeError(
-                f"unknown option {unknown[0]!r} for the parquet exporter "
-                f"(known: {', '.join(sorted(_OPTIONS))})"
-            )
-        if "path" not in config:
-            raise TypeError("missing required option 'path' for the parquet exporter")
-        path = config["path"]
-        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
-            raise ValueError(f"option 'path' must be a non-empty directory path: {path!r}")
+        check_keys(config, _OPTIONS, "parquet")
         options = {**DEFAULTS, **config}
-        self.root = Path(os.fspath(path))
-        self.max_rows_per_file = _int(options, "max_rows_per_file", 1)
-        self.max_file_age_s = _number(options, "max_file_age_s", 0.01)
-        self.workers = _int(options, "workers", 1, 64)
-        self.row_group_rows = _int(options, "row_group_rows", 1)
-        self.max_pending_bytes = _int(options, "max_pending_bytes", 1)
-        raw = options["raw"]
-        if not isinstance(raw, bool):
-            raise ValueError(f"option 'raw' must be true or false: {raw!r}")
-        self.raw = raw
+        self.root = Path(path_option(config, "directory path"))
+        self.max_rows_per_file = int_option(options, "max_rows_per_file", 1)
+        self.max_file_age_s = number_option(options, "max_file_age_s", 0.01)
+        self.workers = int_option(options, "workers", 1, 64)
+        self.row_group_rows = int_option(options, "row_group_rows", 1)
+        self.max_pending_bytes = int_option(options, "max_pending_bytes", 1)
+        self.raw = bool_option(options, "raw")
         level = options["compression_level"]
         if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
             raise ValueError(f"option 'compression_level' must be an integer 1..22: {level!r}")
@@ -390,22 +378,6 @@ class ParquetExporter:
 #: Pushes cross the pipe as plain tuples: pickling a tuple costs a fifth of a
 #: dataclass, and the pickling holds the server's GIL.
 _as_tuple: Final = operator.attrgetter(*(f.name for f in dataclasses.fields(LoggedPush)))
-
-
-def _int(options: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int:
-    value = options[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"option {key!r} must be an integer >= {low}: {value!r}")
-    if high is not None and value > high:
-        raise ValueError(f"option {key!r} must be at most {high}: {value!r}")
-    return value
-
-
-def _number(options: Mapping[str, Any], key: str, low: float) -> float:
-    value = options[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
-        raise ValueError(f"option {key!r} must be a number >= {low}: {value!r}")
-    return float(value)
 
 
 def _lock(root: Path) -> IO[bytes]:
