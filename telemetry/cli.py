@@ -16,6 +16,7 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+from telemetry import demo
 from telemetry.bootstrap import Server
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
 from telemetry.errors import ConfigError
@@ -64,12 +65,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-format", default="auto", choices=["auto", "json", "console"], help="log rendering"
     )
+    commands.add_parser(
+        "demo",
+        help="run a server, real Kafka clients and the rollups, and print the health view",
+        add_help=False,
+    )
+    commands.add_parser(
+        "rollup",
+        help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["rollup"]:
+        return rollup(arguments[1:])
+    if arguments[:1] == ["demo"]:
+        return demo.main(arguments[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     if args.command != "serve":
         parser.print_help()
         return 0
@@ -89,6 +105,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:  # exporter options are validated by their factories at start
         print(f"kip714: config error: {error}", file=sys.stderr)
         return 2
+
+
+def rollup(argv: Sequence[str]) -> int:
+    """``kip714 rollup``: the same job ``spark-submit spark_jobs/job.py`` runs."""
+    try:
+        from spark_jobs import job  # noqa: PLC0415 - PySpark loads only for this command
+    except ImportError as error:
+        print(
+            f"kip714: rollup needs PySpark ({error}); install it with: "
+            "python3 -m pip install -e '.[spark]'",
+            file=sys.stderr,
+        )
+        return 2
+    return job.main(argv)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:

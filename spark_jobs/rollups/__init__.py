@@ -1,0 +1,42 @@
+"""Pure DataFrame → DataFrame rollups over landing rows (no I/O, no session)."""
+
+from __future__ import annotations
+
+from spark_jobs.rollups._common import (
+    CLIENT_COLUMNS,
+    KEY_COLUMNS,
+    NODE_ID_ATTRIBUTES,
+    node_id_column,
+    normalise_node_id,
+    parse_window,
+    window_label,
+)
+from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK
+from spark_jobs.rollups.coverage import unrolled_points
+from spark_jobs.rollups.gauges import GAUGE_QUANTILES, exact_quantile, gauge_rollup
+from spark_jobs.rollups.health import HEALTH_METRICS, client_health
+from spark_jobs.rollups.histograms import bucket_quantile, cumulative_counts, histogram_rollup
+from spark_jobs.rollups.ranking import top_n
+from spark_jobs.rollups.sums import sum_rollup
+
+__all__ = [
+    "CLIENT_COLUMNS",
+    "DEFAULT_LOOKBACK",
+    "GAUGE_QUANTILES",
+    "HEALTH_METRICS",
+    "KEY_COLUMNS",
+    "NODE_ID_ATTRIBUTES",
+    "bucket_quantile",
+    "client_health",
+    "cumulative_counts",
+    "exact_quantile",
+    "gauge_rollup",
+    "histogram_rollup",
+    "node_id_column",
+    "normalise_node_id",
+    "parse_window",
+    "sum_rollup",
+    "top_n",
+    "unrolled_points",
+    "window_label",
+]

@@ -1,0 +1,113 @@
+"""What every rollup shares: window parsing, the client key, node-id normalisation.
+
+Rollups group by metric and client (``client_id``, ``client_instance_id``,
+software name and version) and, where the data point carries it, the broker
+the metric describes. librdkafka names that attribute ``node.id`` and the
+Java client ``node_id`` (it snake-cases Kafka's ``node-id`` tag); both, and
+the raw ``node-id`` form, become one ``node_id`` column so a dashboard sees
+one broker however the client spells it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as sf
+
+__all__ = [
+    "CLIENT_COLUMNS",
+    "KEY_COLUMNS",
+    "NODE_ID_ATTRIBUTES",
+    "node_id_column",
+    "normalise_node_id",
+    "parse_window",
+    "series_attributes",
+    "window_bounds",
+    "window_column",
+    "window_label",
+]
+
+CLIENT_COLUMNS: tuple[str, ...] = (
+    "client_id",
+    "client_instance_id",
+    "client_software_name",
+    "client_software_version",
+)
+"""One client, as the broker (not the payload) identified it."""
+
+KEY_COLUMNS: tuple[str, ...] = ("metric_name", *CLIENT_COLUMNS, "node_id")
+"""The grouping key of the gauge, sum and histogram rollups (after the window)."""
+
+NODE_ID_ATTRIBUTES: tuple[str, ...] = ("node.id", "node_id", "node-id")
+"""Attribute keys naming the broker a per-node metric describes, first match wins."""
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_DAY_S = 86400
+
+
+def parse_window(window: str | timedelta) -> int:
+    """Window length in seconds from ``"1m"``, ``"15m"``, ``"1h"``, ``"1d"`` or a timedelta.
+
+    A window must divide a day evenly: windows then align with UTC hours and
+    days, so every output ``date/hour`` partition holds whole windows and a
+    rerun can replace it without touching its neighbours.
+
+    Raises:
+        ValueError: unparsable, not positive, or not a divisor of a day.
+    """
+    if isinstance(window, timedelta):
+        seconds = window.total_seconds()
+        if seconds != int(seconds):
+            raise ValueError(f"window {window} is not a whole number of seconds")
+        result = int(seconds)
+    else:
+        match = _WINDOW.match(window)
+        if match is None:
+            raise ValueError(f"window {window!r}: expected a number and a unit s, m, h or d")
+        result = int(match[1]) * _UNITS[match[2]]
+    if result <= 0 or _DAY_S % result != 0:
+        raise ValueError(f"window {window!s}: must be positive and divide one day evenly")
+    return result
+
+
+def window_label(window: str | timedelta) -> str:
+    """The shortest name of a window (``3600`` s → ``"1h"``), used in output names."""
+    seconds = parse_window(window)
+    for unit in ("d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def node_id_column(attributes: str = "attributes") -> Column:
+    """The broker node id of a data point, whichever client spelled the attribute."""
+    return sf.coalesce(*(sf.col(attributes).getItem(key) for key in NODE_ID_ATTRIBUTES))
+
+
+def normalise_node_id(df: DataFrame) -> DataFrame:
+    """Add ``node_id`` (string, null when the point is not per-broker)."""
+    return df.withColumn("node_id", node_id_column())
+
+
+def series_attributes(attributes: str = "attributes") -> Column:
+    """A map's entries in key order: a groupable stand-in for the map (maps cannot be keys)."""
+    return sf.array_sort(sf.map_entries(sf.coalesce(sf.col(attributes), sf.create_map())))
+
+
+def window_column(seconds: int) -> Column:
+    """The tumbling window of ``time``, aligned to the epoch (so to UTC hours and days).
+
+    ``sf.window`` rather than arithmetic on the timestamp because Structured
+    Streaming only evicts state for keys it knows to be event-time windows;
+    batch and incremental then share one definition. Group by it, then
+    ``window_bounds`` turns it into ``window_start``/``window_end``.
+    """
+    return sf.window(sf.col("time"), f"{seconds} seconds").alias("window")
+
+
+def window_bounds() -> list[Column]:
+    """``window_start``, ``window_end`` from a grouped ``window`` struct."""
+    return [sf.col("window.start").alias("window_start"), sf.col("window.end").alias("window_end")]

@@ -1,0 +1,37 @@
+"""What the rollups leave out, counted, so nothing is dropped silently.
+
+Exponential histograms are not rolled up yet: merging needs a common scale
+(downscale every point to the smallest scale in the group, re-index the
+positive and negative buckets, add the zero buckets) and no Kafka client
+sends them today (spark-notes §7), so they are counted and reported instead.
+Summaries carry precomputed quantiles that cannot be merged at all.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as sf
+
+from spark_jobs.rollups.histograms import valid_histogram
+
+__all__ = ["unrolled_points"]
+
+
+def unrolled_points(points: DataFrame) -> DataFrame:
+    """Points no rollup uses, by reason.
+
+    Output: ``metric_type, reason`` (string), ``points`` (bigint). Reasons:
+    ``not supported`` (exponential histograms, summaries, unknown types),
+    ``no value`` (gauges and sums whose value was NaN/±inf/absent at the
+    source) and ``malformed buckets`` (histograms, see ``histograms``).
+    """
+    metric_type = sf.col("metric_type")
+    reason = (
+        sf.when(metric_type.isin("gauge", "sum") & sf.col("value").isNull(), "no value")
+        .when((metric_type == "histogram") & ~valid_histogram(), "malformed buckets")
+        .when(~metric_type.isin("gauge", "sum", "histogram"), "not supported")
+    )
+    flagged = points.select("metric_type", reason.alias("reason")).where(
+        sf.col("reason").isNotNull()
+    )
+    return flagged.groupBy("metric_type", "reason").agg(sf.count(sf.lit(1)).alias("points"))

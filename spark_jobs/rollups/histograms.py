@@ -1,0 +1,221 @@
+"""Explicit-bucket histogram rollup: buckets merged element-wise, percentiles from buckets.
+
+Only points with the same bucket layout merge: ``explicit_bounds`` is part of
+the key, so a client that changes its bounds (or two clients with different
+bounds) produce separate rows instead of an invented re-bucketing. A point
+whose ``bucket_counts`` does not have ``len(explicit_bounds) + 1`` entries,
+or whose bounds contain a null (a non-finite bound at the source), is
+malformed and left out; ``coverage.unrolled_points`` counts it.
+
+Percentile estimate (``bucket_quantile``): OTLP bucket ``i`` holds values in
+``(bounds[i-1], bounds[i]]``, the first bucket ``(-inf, bounds[0]]`` and the
+last ``(bounds[-1], +inf)``. The target rank is ``q × count``; the estimate
+interpolates linearly inside the bucket where the cumulative count reaches
+that rank, as Prometheus' ``histogram_quantile`` does. The open ends are
+closed with the merged ``min`` and ``max`` when the points carry them (else
+the first bucket collapses to its upper bound and the last to its lower
+bound), and the result is clamped to ``[min, max]``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as sf
+
+from spark_jobs.rollups._common import (
+    KEY_COLUMNS,
+    node_id_column,
+    parse_window,
+    window_bounds,
+    window_column,
+)
+from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK, classify_cumulative
+from spark_jobs.rollups.gauges import GAUGE_QUANTILES
+
+__all__ = [
+    "bucket_quantile",
+    "cumulative_counts",
+    "histogram_rollup",
+    "rank_bucket",
+    "valid_histogram",
+]
+
+_COLUMNS = (
+    "time",
+    "start_time",
+    "metric_name",
+    "client_id",
+    "client_instance_id",
+    "client_software_name",
+    "client_software_version",
+    "attributes",
+    "temporality",
+    "push_offset",
+    "explicit_bounds",
+)
+
+
+def valid_histogram() -> Column:
+    """True for a histogram point whose buckets match its bounds."""
+    bounds = sf.coalesce(sf.col("explicit_bounds"), sf.array().cast("array<double>"))
+    return (
+        (sf.col("metric_type") == "histogram")
+        & sf.col("bucket_counts").isNotNull()
+        & (sf.size("bucket_counts") == sf.size(bounds) + 1)
+        & sf.forall(bounds, lambda bound: bound.isNotNull())
+        & sf.forall("bucket_counts", lambda count: count.isNotNull())
+    )
+
+
+def cumulative_counts(buckets: Column) -> Column:
+    """Running totals of an array of counts (``[1, 2, 1]`` → ``[1, 3, 4]``)."""
+    zero = sf.lit(0).cast("bigint")
+    return sf.aggregate(
+        buckets,
+        sf.array().cast("array<bigint>"),
+        lambda acc, x: sf.concat(
+            acc, sf.array(sf.coalesce(sf.try_element_at(acc, sf.lit(-1)), zero) + x)
+        ),
+    )
+
+
+def rank_bucket(cumulative: Column, q: float) -> Column:
+    """0-based index of the bucket where the cumulative count reaches ``q × total``."""
+    rank = sf.lit(q) * sf.element_at(cumulative, -1)
+    return sf.size(sf.filter(cumulative, lambda c: c < rank))
+
+
+def bucket_quantile(
+    cumulative: Column,
+    bounds: Column,
+    minimum: Column,
+    maximum: Column,
+    q: float,
+    k: Column | None = None,
+) -> Column:
+    """Estimate the ``q`` quantile from merged buckets (interpolation: module docstring).
+
+    ``cumulative`` is ``cumulative_counts`` of the merged bucket counts and
+    ``k`` its ``rank_bucket``; pass both as columns computed in an earlier
+    projection. Higher-order functions run interpreted and Spark does not
+    share them between the branches of a ``when``, so recomputing them inline
+    made the rollup several times slower.
+    """
+    total = sf.element_at(cumulative, -1)
+    rank = sf.lit(q) * total
+    if k is None:
+        k = rank_bucket(cumulative, q)
+    last = sf.size(cumulative) - 1
+    lower = sf.when(k > 0, sf.element_at(bounds, k)).otherwise(
+        sf.coalesce(minimum, sf.when(last > 0, sf.element_at(bounds, 1)))
+    )
+    upper = sf.when(k < last, sf.element_at(bounds, k + 1)).otherwise(
+        sf.coalesce(maximum, sf.when(last > 0, sf.element_at(bounds, last)))
+    )
+    lower = sf.coalesce(lower, upper)
+    upper = sf.coalesce(upper, lower)
+    before = sf.when(k > 0, sf.element_at(cumulative, k)).otherwise(sf.lit(0).cast("bigint"))
+    in_bucket = sf.element_at(cumulative, k + 1) - before
+    estimate = lower + (upper - lower) * (rank - before) / in_bucket
+    return sf.when(total > 0, sf.least(sf.greatest(estimate, minimum), maximum))
+
+
+def _deltas(points: DataFrame, lookback: timedelta) -> DataFrame:
+    """Per-point delta histograms: delta points as they are, cumulative ones differenced."""
+    hist = points.where(valid_histogram()).select(
+        *_COLUMNS,
+        sf.col("count").cast("bigint").alias("count"),
+        "sum",
+        "min",
+        "max",
+        sf.col("bucket_counts").cast("array<bigint>").alias("bucket_counts"),
+    )
+    out = ("count", "sum", "min", "max", "bucket_counts", "_baseline")
+    delta = hist.where(sf.col("temporality") != "cumulative").withColumn("_baseline", sf.lit(0))
+    cumulative = classify_cumulative(
+        hist.where(sf.col("temporality") == "cumulative"),
+        ("count", "sum", "bucket_counts", "explicit_bounds"),
+        lookback,
+        (sf.col("count") < sf.col("_prev_count"))
+        | (sf.col("explicit_bounds") != sf.col("_prev_explicit_bounds")),
+    )
+    mode = sf.col("_mode")
+    diff = mode == "diff"
+    whole = mode.isin("reset", "new")
+    converted = cumulative.select(
+        *_COLUMNS,
+        sf.when(diff, sf.col("count") - sf.col("_prev_count"))
+        .when(whole, sf.col("count"))
+        .alias(out[0]),
+        sf.when(diff, sf.col("sum") - sf.col("_prev_sum")).when(whole, sf.col("sum")).alias(out[1]),
+        # A cumulative point's min/max cover its whole lifetime, not the increase.
+        sf.when(whole, sf.col("min")).alias(out[2]),
+        sf.when(whole, sf.col("max")).alias(out[3]),
+        sf.when(diff, sf.zip_with("bucket_counts", "_prev_bucket_counts", lambda a, b: a - b))
+        .when(whole, sf.col("bucket_counts"))
+        .alias(out[4]),
+        (mode == "baseline").cast("int").alias(out[5]),
+    )
+    return delta.unionByName(converted)
+
+
+def histogram_rollup(
+    points: DataFrame, window: str | timedelta, *, lookback: timedelta = DEFAULT_LOOKBACK
+) -> DataFrame:
+    """Merged histograms per window, key and bucket layout.
+
+    Output: ``window_start, window_end`` (timestamp), the key columns,
+    ``explicit_bounds`` (array<double>), ``points, baseline_points``
+    (bigint), ``count`` (bigint), ``sum, min, max`` (double),
+    ``bucket_counts`` (array<bigint>), ``p50, p95, p99`` (double, estimated
+    from the merged buckets). Cumulative histograms are differenced per
+    series like cumulative sums (see ``_cumulative``); their ``min``/``max``
+    only count when a point is taken whole (new series or reset).
+    """
+    seconds = parse_window(window)
+    keyed = _deltas(points, lookback).withColumn("node_id", node_id_column())
+    zeros = sf.array_repeat(sf.lit(0).cast("bigint"), sf.max(sf.size("bucket_counts")))
+    aggregated = keyed.groupBy(window_column(seconds), *KEY_COLUMNS, "explicit_bounds").agg(
+        sf.count(sf.lit(1)).alias("points"),
+        sf.sum("_baseline").cast("bigint").alias("baseline_points"),
+        sf.sum("count").cast("bigint").alias("count"),
+        sf.sum("sum").alias("sum"),
+        sf.min("min").alias("min"),
+        sf.max("max").alias("max"),
+        sf.aggregate(
+            sf.collect_list("bucket_counts"),
+            zeros,
+            lambda acc, x: sf.zip_with(acc, x, lambda a, b: a + b),
+        ).alias("bucket_counts"),
+    )
+    with_cumulative = aggregated.withColumn(
+        "_cumulative", cumulative_counts(sf.col("bucket_counts"))
+    ).select(
+        "*",
+        *(rank_bucket(sf.col("_cumulative"), q).alias(f"_k_{name}") for name, q in GAUGE_QUANTILES),
+    )
+    return with_cumulative.select(
+        *window_bounds(),
+        *KEY_COLUMNS,
+        "explicit_bounds",
+        "points",
+        "baseline_points",
+        "count",
+        "sum",
+        "min",
+        "max",
+        "bucket_counts",
+        *(
+            bucket_quantile(
+                sf.col("_cumulative"),
+                sf.col("explicit_bounds"),
+                sf.col("min"),
+                sf.col("max"),
+                q,
+                sf.col(f"_k_{name}"),
+            ).alias(name)
+            for name, q in GAUGE_QUANTILES
+        ),
+    )

@@ -1,0 +1,68 @@
+"""A quiet SparkSession for kip714 jobs, in local mode unless told otherwise.
+
+Why these settings (measured in spark-notes §1–§2 on 2 cores): the UI and the
+console progress bars only add noise to a batch job's output; UTC makes
+``date``/``hour`` partitions and window boundaries independent of the
+machine's zone; a handful of shuffle partitions (AQE on) beats the default
+200 on small hourly inputs; and a 1 GiB driver runs the rollups as fast as
+4 GiB with a third of the peak memory. Spark's own log lines are cut to
+errors by a bundled log4j2 file, passed before the JVM starts, so even the
+startup banner stays away from the user's terminal.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_MASTER", "spark_session"]
+
+DEFAULT_MASTER = "local[*]"
+"""Used when neither ``--master`` nor ``spark-submit`` names a master."""
+
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+def _under_spark_submit() -> bool:
+    """``spark-submit`` starts the JVM first and hands PySpark its gateway port."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(
+    master: str | None = None,
+    *,
+    app_name: str = "kip714-rollup",
+    shuffle_partitions: int = 4,
+    driver_memory: str = "1g",
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Get (or create) the job's session.
+
+    ``master`` wins when given. Otherwise ``spark-submit``'s own master is
+    kept, and a plain ``python`` run gets ``local[*]``. ``driver_memory`` only
+    takes effect when this call starts the JVM (a plain ``python`` run).
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif not _under_spark_submit():
+        builder = builder.master(DEFAULT_MASTER)
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.driver.memory": driver_memory,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+        **(extra_conf or {}),
+    }
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
