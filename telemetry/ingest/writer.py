@@ -27,6 +27,9 @@ except (ValueError, OSError):  # pragma: no cover - every Linux has it
     _IOV_MAX = 1024
 
 
+_datasync = getattr(os, "fdatasync", os.fsync)  # fdatasync is POSIX; macOS lacks it
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentState:
     """A segment's durable extent after a group commit."""
@@ -78,7 +81,11 @@ class SegmentWriter:
 
     def _fsync(self) -> None:
         started = time.perf_counter()
-        os.fsync(self._fd)
+        # fdatasync: an append-only segment needs its data and its size on
+        # disk, which fdatasync guarantees; skipping the timestamp journal
+        # write roughly halves the commit latency. The file's name is made
+        # durable separately (directory fsync in roll()).
+        _datasync(self._fd)
         self._stats.observe_fsync(time.perf_counter() - started)
 
     def roll(self, base: int) -> SegmentState:
