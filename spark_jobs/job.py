@@ -38,17 +38,8 @@ from pyspark.sql import functions as sf
 
 from spark_jobs import incremental, io
 from spark_jobs._hadoop import HadoopFS
-from spark_jobs.rollups import (
-    DEFAULT_LOOKBACK,
-    client_health,
-    gauge_rollup,
-    histogram_rollup,
-    parse_window,
-    sum_rollup,
-    top_n,
-    unrolled_points,
-    window_label,
-)
+from spark_jobs.pipeline import plan_rollups, prepare_and_persist
+from spark_jobs.rollups import DEFAULT_LOOKBACK, parse_window, unrolled_points
 from spark_jobs.session import spark_session
 
 __all__ = ["DEFAULT_LATENESS", "JobSummary", "main", "parse_args", "run_batch"]
@@ -177,38 +168,28 @@ def run_batch(spark: SparkSession, args: argparse.Namespace, now: datetime) -> J
         points = io.read_landing(spark, args.data_dir, start - DEFAULT_LOOKBACK, end)
     except io.NoDataError:
         raise no_data from None
-    in_range = points.where(sf.col("time") >= sf.lit(start))
-    summary.rows_read = in_range.count()
-    if summary.rows_read == 0:
-        raise no_data
-    after_start = sf.col("window_start") >= sf.lit(start)
-    before_end = sf.col("window_start") < sf.lit(end)
-    outputs: dict[str, DataFrame] = {}
-    for seconds in args.windows:
-        window = timedelta(seconds=seconds)
-        label = window_label(window)
-        outputs[f"gauges_{label}"] = gauge_rollup(in_range, window)
-        outputs[f"sums_{label}"] = sum_rollup(points, window).where(after_start & before_end)
-        outputs[f"histograms_{label}"] = histogram_rollup(points, window).where(
-            after_start & before_end
-        )
-    for name, rollup in outputs.items():
-        io.write_rollup(rollup, args.data_dir, name)
-    hourly = timedelta(hours=1)
-    gauges_1h = _read_written(spark, args.data_dir, "gauges_1h", start, end)
-    sums_1h = _read_written(spark, args.data_dir, "sums_1h", start, end)
-    if _HOUR not in args.windows or gauges_1h is None or sums_1h is None:
-        gauges_1h = gauge_rollup(in_range, hourly)
-        sums_1h = sum_rollup(points, hourly).where(after_start & before_end)
-    io.write_rollup(top_n(gauges_1h, args.top, args.top_by), args.data_dir, "top_clients_1h")
-    io.write_rollup(client_health(gauges_1h, sums_1h), args.data_dir, "client_health_1h")
-    for name in [*outputs, "top_clients_1h", "client_health_1h"]:
-        written = _read_written(spark, args.data_dir, name, start, end)
-        summary.written[name] = 0 if written is None else written.count()
-    summary.unrolled = [
-        (r["metric_type"], r["reason"], r["points"])
-        for r in unrolled_points(in_range).orderBy("metric_type", "reason").collect()
-    ]
+    # One scan of the landing for the whole run: every rollup reads this projection.
+    prepared = prepare_and_persist(points)
+    rollups = None
+    try:
+        in_range = prepared.where(sf.col("time") >= sf.lit(start))
+        summary.rows_read = in_range.count()  # also materialises the projection
+        if summary.rows_read == 0:
+            raise no_data
+        rollups = plan_rollups(prepared, start, end, args.windows, top=args.top, top_by=args.top_by)
+        for name, rollup in rollups.outputs.items():
+            io.write_rollup(rollup, args.data_dir, name)
+        for name in rollups.outputs:
+            written = _read_written(spark, args.data_dir, name, start, end)
+            summary.written[name] = 0 if written is None else written.count()
+        summary.unrolled = [
+            (r["metric_type"], r["reason"], r["points"])
+            for r in unrolled_points(in_range).orderBy("metric_type", "reason").collect()
+        ]
+    finally:
+        if rollups is not None:
+            rollups.unpersist()
+        prepared.unpersist()
     health = _read_written(spark, args.data_dir, "client_health_1h", start, end)
     if health is not None:
         worst = (

@@ -57,6 +57,15 @@ def spark_session(
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.sql.parquet.compression.codec": "zstd",
+        # The job persists its one projection of the landing: without this, Spark
+        # packs a run's hour files into one split per core, and a 5M-row cache block
+        # read back from disk overflowed a 1 GiB heap at 10M points. One split per
+        # hour file (or 8 MiB of it) keeps every cached block small.
+        "spark.sql.files.maxPartitionBytes": "8m",
+        # Hourly gauge percentiles are an object aggregation (collect_list) over
+        # tens of thousands of small groups per task: keep it in memory instead of
+        # falling back to sort-based aggregation after 128 keys (2x faster, measured).
+        "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536",
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
         **(extra_conf or {}),

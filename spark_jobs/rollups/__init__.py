@@ -9,6 +9,7 @@ from spark_jobs.rollups._common import (
     node_id_column,
     normalise_node_id,
     parse_window,
+    prepare_points,
     window_label,
 )
 from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK
@@ -35,6 +36,7 @@ __all__ = [
     "node_id_column",
     "normalise_node_id",
     "parse_window",
+    "prepare_points",
     "sum_rollup",
     "top_n",
     "unrolled_points",

@@ -23,6 +23,7 @@ __all__ = [
     "node_id_column",
     "normalise_node_id",
     "parse_window",
+    "prepare_points",
     "series_attributes",
     "window_bounds",
     "window_column",
@@ -97,7 +98,46 @@ def series_attributes(attributes: str = "attributes") -> Column:
     return sf.array_sort(sf.map_entries(sf.coalesce(sf.col(attributes), sf.create_map())))
 
 
-def window_column(seconds: int) -> Column:
+PREPARED_MARKER = "_series"
+"""Column that only ``prepare_points`` adds: its presence means "already prepared"."""
+
+
+def prepare_points(points: DataFrame) -> DataFrame:
+    """The landing rows narrowed to what the rollups read, with ``node_id`` decoded once.
+
+    Why: decoding the ``attributes`` map and reading the wide landing row was
+    repeated by every rollup; the job now prepares the landing once, persists
+    the result and feeds it to all rollups of a run. The map survives only as
+    ``_series`` (its sorted entries), and only on cumulative points, the only
+    ones that need their exact series. Unsigned counts are cast to ``bigint``
+    here, once. Idempotent: a prepared frame is returned as it is, so every
+    rollup can call it on raw landing rows or on the job's prepared frame.
+    """
+    if PREPARED_MARKER in points.columns:
+        return points
+    cumulative = sf.col("temporality") == "cumulative"
+    return points.select(
+        "time",
+        "start_time",
+        "metric_name",
+        "metric_type",
+        *CLIENT_COLUMNS,
+        node_id_column().alias("node_id"),
+        "temporality",
+        "is_monotonic",
+        "push_offset",
+        "value",
+        sf.col("count").cast("bigint").alias("count"),
+        "sum",
+        "min",
+        "max",
+        sf.col("bucket_counts").cast("array<bigint>").alias("bucket_counts"),
+        "explicit_bounds",
+        sf.when(cumulative, series_attributes()).alias(PREPARED_MARKER),
+    )
+
+
+def window_column(seconds: int, time: str = "time") -> Column:
     """The tumbling window of ``time``, aligned to the epoch (so to UTC hours and days).
 
     ``sf.window`` rather than arithmetic on the timestamp because Structured
@@ -105,7 +145,7 @@ def window_column(seconds: int) -> Column:
     batch and incremental then share one definition. Group by it, then
     ``window_bounds`` turns it into ``window_start``/``window_end``.
     """
-    return sf.window(sf.col("time"), f"{seconds} seconds").alias("window")
+    return sf.window(sf.col(time), f"{seconds} seconds").alias("window")
 
 
 def window_bounds() -> list[Column]:

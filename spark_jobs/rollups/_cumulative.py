@@ -29,7 +29,7 @@ from datetime import timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 
-from spark_jobs.rollups._common import series_attributes
+from spark_jobs.rollups._common import PREPARED_MARKER
 
 __all__ = ["DEFAULT_LOOKBACK", "classify_cumulative"]
 
@@ -41,10 +41,12 @@ def classify_cumulative(
 ) -> DataFrame:
     """Add ``_mode`` (diff|reset|new|baseline) and ``_prev_<c>`` for each column in ``lagged``.
 
-    ``extra_reset`` may refer to ``_prev_<c>`` columns (histogram layout change).
+    ``points`` are ``prepare_points`` rows (their ``_series`` column holds the
+    sorted attribute entries). ``extra_reset`` may refer to ``_prev_<c>``
+    columns (histogram layout change).
     """
     series = Window.partitionBy(
-        "client_instance_id", "metric_name", "temporality", series_attributes()
+        "client_instance_id", "metric_name", "temporality", PREPARED_MARKER
     ).orderBy("time", "push_offset")
     lookback_us = int(lookback.total_seconds() * 1_000_000)
     with_prev = points

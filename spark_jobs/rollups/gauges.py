@@ -1,32 +1,48 @@
 """Gauge rollup: count, min, max, avg, last and exact p50/p95/p99 per window.
 
 Percentiles are exact (linear interpolation between closest ranks, the
-definition of numpy's default and Spark's ``percentile``), computed from the
-sorted values of the group. At KIP-714 push rates a group holds one value per
-push interval (60 per hour at a 1-minute interval), so sorting is far cheaper
-than ``percentile_approx``'s sketches (about 65 % of the gauge rollup's time
-in spark-notes §2) and, unlike a sketch, gives identical numbers in batch and
-in the incremental job.
+definition of numpy's default and Spark's ``percentile``), and the same in
+batch and in the incremental job, which a sketch (``percentile_approx``)
+does not guarantee. Two plans compute the same numbers (measured on 2 cores,
+docs/rollups.md "Performance"):
+
+* ``ranked`` (batch, windows up to ``RANKED_MAX_WINDOW_S``): one shuffle, one
+  sort by value inside each group (a ``row_number``), then a hash aggregation
+  with fixed-width buffers that picks the two ranks around each quantile.
+  At KIP-714 push rates a 1-minute group holds about one point, where an
+  object aggregation (``collect_list``) spends most of its time falling back
+  to sort-based aggregation; this plan is about twice as fast there.
+* ``collect`` (streaming, and longer windows): ``sort_array(collect_list)``
+  per group. Structured Streaming has no ``row_number``; for hourly groups
+  (60 points at a 1-minute push interval) the in-memory object hash
+  aggregation (``session`` raises its sort fallback threshold) is the faster
+  plan.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Literal
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 
 from spark_jobs.rollups._common import (
     KEY_COLUMNS,
-    node_id_column,
     parse_window,
+    prepare_points,
     window_bounds,
     window_column,
 )
 
-__all__ = ["GAUGE_QUANTILES", "exact_quantile", "gauge_rollup"]
+__all__ = ["GAUGE_QUANTILES", "RANKED_MAX_WINDOW_S", "exact_quantile", "gauge_rollup"]
 
 GAUGE_QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+
+RANKED_MAX_WINDOW_S = 600
+"""Longest window (s) the batch rollup computes with the ``ranked`` plan (few points per group)."""
+
+Method = Literal["auto", "ranked", "collect"]
 
 
 def exact_quantile(sorted_values: Column, q: float) -> Column:
@@ -43,7 +59,15 @@ def exact_quantile(sorted_values: Column, q: float) -> Column:
     return sf.when(n > 0, low_value + (high_value - low_value) * (position - low))
 
 
-def gauge_rollup(points: DataFrame, window: str | timedelta) -> DataFrame:
+def _position(n: Column, q: float) -> tuple[Column, Column, Column]:
+    """``exact_quantile``'s rank ``q·(n−1)`` and its floor and ceiling, the same expressions."""
+    position = sf.lit(q) * (n - 1)
+    return position, sf.floor(position).cast("int"), sf.ceil(position).cast("int")
+
+
+def gauge_rollup(
+    points: DataFrame, window: str | timedelta, *, method: Method = "auto"
+) -> DataFrame:
     """Gauge statistics per window and key.
 
     Output: ``window_start, window_end`` (timestamp), ``metric_name,
@@ -55,26 +79,35 @@ def gauge_rollup(points: DataFrame, window: str | timedelta) -> DataFrame:
     ``push_offset``; equal times within one push, e.g. one gauge per topic,
     resolve to the largest value so the result never depends on row order).
     Points without a value (NaN or ±inf at the source) are left out. A
-    window without gauge points has no row.
+    window without gauge points has no row. ``method`` picks the plan
+    (module docstring); every plan gives the same numbers.
     """
     seconds = parse_window(window)
-    gauges = points.where((sf.col("metric_type") == "gauge") & sf.col("value").isNotNull()).select(
-        "time",
-        "metric_name",
-        "client_id",
-        "client_instance_id",
-        "client_software_name",
-        "client_software_version",
-        node_id_column().alias("node_id"),
-        "push_offset",
-        "value",
+    gauges = (
+        prepare_points(points)
+        .where((sf.col("metric_type") == "gauge") & sf.col("value").isNotNull())
+        .select(window_column(seconds), *KEY_COLUMNS, "time", "push_offset", "value")
     )
-    grouped = gauges.groupBy(window_column(seconds), *KEY_COLUMNS)
-    aggregated = grouped.agg(
+    if method == "auto":
+        ranked = not points.isStreaming and seconds <= RANKED_MAX_WINDOW_S
+        method = "ranked" if ranked else "collect"
+    if method == "ranked":
+        return _ranked(gauges)
+    return _collected(gauges)
+
+
+def _common_aggregates() -> list[Column]:
+    return [
         sf.count("value").alias("count"),
         sf.min("value").alias("min"),
         sf.max("value").alias("max"),
         sf.avg("value").alias("avg"),
+    ]
+
+
+def _collected(gauges: DataFrame) -> DataFrame:
+    aggregated = gauges.groupBy("window", *KEY_COLUMNS).agg(
+        *_common_aggregates(),
         sf.max(sf.struct("time", "push_offset", "value")).alias("_last"),
         sf.sort_array(sf.collect_list("value")).alias("_sorted"),
     )
@@ -87,4 +120,38 @@ def gauge_rollup(points: DataFrame, window: str | timedelta) -> DataFrame:
         "avg",
         sf.col("_last.value").alias("last"),
         *(exact_quantile(sf.col("_sorted"), q).alias(name) for name, q in GAUGE_QUANTILES),
+    )
+
+
+def _ranked(gauges: DataFrame) -> DataFrame:
+    """Exact quantiles from ranks: ``_rank`` by value, ``_latest`` = 1 on the last point."""
+    group = ("window", *KEY_COLUMNS)
+    by_value = Window.partitionBy(*group).orderBy("value")
+    by_time = Window.partitionBy(*group).orderBy(
+        sf.col("time").desc(), sf.col("push_offset").desc(), sf.col("value").desc()
+    )
+    ranked = gauges.select(
+        *group,
+        "value",
+        (sf.row_number().over(by_value) - 1).alias("_rank"),
+        sf.count(sf.lit(1)).over(Window.partitionBy(*group)).alias("_n"),
+        sf.row_number().over(by_time).alias("_latest"),
+    )
+    picks: list[Column] = []
+    for name, q in GAUGE_QUANTILES:
+        _, low, high = _position(sf.col("_n"), q)
+        picks.append(sf.max(sf.when(sf.col("_rank") == low, sf.col("value"))).alias(f"_lo_{name}"))
+        picks.append(sf.max(sf.when(sf.col("_rank") == high, sf.col("value"))).alias(f"_hi_{name}"))
+    aggregated = ranked.groupBy(*group).agg(
+        *_common_aggregates(),
+        sf.max(sf.when(sf.col("_latest") == 1, sf.col("value"))).alias("last"),
+        *picks,
+    )
+    quantiles = []
+    for name, q in GAUGE_QUANTILES:
+        position, low, _ = _position(sf.col("count"), q)
+        low_value, high_value = sf.col(f"_lo_{name}"), sf.col(f"_hi_{name}")
+        quantiles.append((low_value + (high_value - low_value) * (position - low)).alias(name))
+    return aggregated.select(
+        *window_bounds(), *KEY_COLUMNS, "count", "min", "max", "avg", "last", *quantiles
     )

@@ -26,8 +26,9 @@ from pyspark.sql import functions as sf
 
 from spark_jobs.rollups._common import (
     KEY_COLUMNS,
-    node_id_column,
+    PREPARED_MARKER,
     parse_window,
+    prepare_points,
     window_bounds,
     window_column,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "bucket_quantile",
     "cumulative_counts",
     "histogram_rollup",
+    "histogram_rollup_from",
     "rank_bucket",
     "valid_histogram",
 ]
@@ -50,7 +52,8 @@ _COLUMNS = (
     "client_instance_id",
     "client_software_name",
     "client_software_version",
-    "attributes",
+    "node_id",
+    PREPARED_MARKER,
     "temporality",
     "push_offset",
     "explicit_bounds",
@@ -124,13 +127,10 @@ def bucket_quantile(
 
 def _deltas(points: DataFrame, lookback: timedelta) -> DataFrame:
     """Per-point delta histograms: delta points as they are, cumulative ones differenced."""
-    hist = points.where(valid_histogram()).select(
-        *_COLUMNS,
-        sf.col("count").cast("bigint").alias("count"),
-        "sum",
-        "min",
-        "max",
-        sf.col("bucket_counts").cast("array<bigint>").alias("bucket_counts"),
+    hist = (
+        prepare_points(points)
+        .where(valid_histogram())
+        .select(*_COLUMNS, "count", "sum", "min", "max", "bucket_counts")
     )
     out = ("count", "sum", "min", "max", "bucket_counts", "_baseline")
     delta = hist.where(sf.col("temporality") != "cumulative").withColumn("_baseline", sf.lit(0))
@@ -175,11 +175,41 @@ def histogram_rollup(
     only count when a point is taken whole (new series or reset).
     """
     seconds = parse_window(window)
-    keyed = _deltas(points, lookback).withColumn("node_id", node_id_column())
+    aggregated = (
+        _deltas(points, lookback)
+        .groupBy(window_column(seconds), *KEY_COLUMNS, "explicit_bounds")
+        .agg(
+            sf.count(sf.lit(1)).alias("points"),
+            sf.sum("_baseline").cast("bigint").alias("baseline_points"),
+            *_merged(),
+        )
+    )
+    return _finish(aggregated)
+
+
+def histogram_rollup_from(histograms: DataFrame, window: str | timedelta) -> DataFrame:
+    """A longer window's histogram rollup from a shorter window's ``histogram_rollup`` output.
+
+    Why: points, counts, sums, min/max and bucket counts all compose (sums,
+    min of mins, element-wise bucket sums), and the percentiles are a function
+    of the merged buckets and min/max alone, so the result equals the rollup
+    of the raw points. The shorter window must divide ``window``.
+    """
+    seconds = parse_window(window)
+    aggregated = histograms.groupBy(
+        window_column(seconds, "window_start"), *KEY_COLUMNS, "explicit_bounds"
+    ).agg(
+        sf.sum("points").alias("points"),
+        sf.sum("baseline_points").alias("baseline_points"),
+        *_merged(),
+    )
+    return _finish(aggregated)
+
+
+def _merged() -> list[Column]:
+    """Aggregates that merge histograms: sums, min/max and element-wise bucket counts."""
     zeros = sf.array_repeat(sf.lit(0).cast("bigint"), sf.max(sf.size("bucket_counts")))
-    aggregated = keyed.groupBy(window_column(seconds), *KEY_COLUMNS, "explicit_bounds").agg(
-        sf.count(sf.lit(1)).alias("points"),
-        sf.sum("_baseline").cast("bigint").alias("baseline_points"),
+    return [
         sf.sum("count").cast("bigint").alias("count"),
         sf.sum("sum").alias("sum"),
         sf.min("min").alias("min"),
@@ -189,7 +219,11 @@ def histogram_rollup(
             zeros,
             lambda acc, x: sf.zip_with(acc, x, lambda a, b: a + b),
         ).alias("bucket_counts"),
-    )
+    ]
+
+
+def _finish(aggregated: DataFrame) -> DataFrame:
+    """Output columns and bucket percentiles of merged histograms."""
     with_cumulative = aggregated.withColumn(
         "_cumulative", cumulative_counts(sf.col("bucket_counts"))
     ).select(

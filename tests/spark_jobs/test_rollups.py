@@ -17,6 +17,8 @@ from spark_jobs.rollups import (
     unrolled_points,
     window_label,
 )
+from spark_jobs.rollups.histograms import histogram_rollup_from
+from spark_jobs.rollups.sums import sum_rollup_from
 from tests.spark_jobs.support import assert_rows, at, frame, point
 
 CLIENT = ("c1", "i1", "librdkafka", "2.16.0")
@@ -43,6 +45,12 @@ def test_gauges_normalise_node_id_skip_empty_windows_and_break_ties(spark: Spark
             (at(0), at(1), "m", *CLIENT, "1", 2, 1.0, 3.0, 2.0, 3.0, 2.0, 2.9, 2.98),
             (at(2), at(3), "m", *CLIENT, None, 3, 5.0, 7.0, 6.0, 7.0, 6.0, 6.9, 6.98),
         ],
+    )
+    # The batch (ranked) and streaming (collect) plans give the very same numbers.
+    assert_rows(
+        spark,
+        gauge_rollup(points, "1m", method="collect"),
+        [tuple(row) for row in gauge_rollup(points, "1m", method="ranked").collect()],
     )
 
 
@@ -119,6 +127,12 @@ def test_histograms_merge_per_layout_and_difference_cumulative_points(spark: Spa
              [2, 3], 1 + 0.5 / 3, 1 + 2.75 / 3, 1 + 2.95 / 3),
         ],
     )  # fmt: skip
+    # An hourly rollup merged from the 1-minute one equals the one from raw points.
+    assert_rows(
+        spark,
+        histogram_rollup_from(histogram_rollup(points, "1m"), "1h"),
+        [tuple(row) for row in histogram_rollup(points, "1h").collect()],
+    )
     assert_rows(
         spark,
         unrolled_points(
@@ -175,6 +189,12 @@ def test_client_health_joins_the_standard_metrics_into_one_row(spark: SparkSessi
         ],
     )  # fmt: skip
     health = client_health(gauge_rollup(points, "1h"), sum_rollup(points, "1h"))
+    # The job derives hourly sums from the 1-minute rollup: the same rows.
+    assert_rows(
+        spark,
+        sum_rollup_from(sum_rollup(points, "1m"), "1h"),
+        [tuple(row) for row in sum_rollup(points, "1h").collect()],
+    )
     end = at(0, hour=5)
     assert_rows(
         spark,

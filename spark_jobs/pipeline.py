@@ -1,0 +1,130 @@
+"""The full rollup set of one run, planned so the landing is scanned once.
+
+Why a plan rather than independent rollups (docs/rollups.md "Performance"):
+each rollup used to re-read the landing and re-decode the ``attributes`` map,
+and the hourly rollups, top-N and the health view recomputed from raw
+points. Here the landing is read once into a persisted projection
+(``prepare_points``); the shortest window's sum and histogram rollups are
+computed from it and persisted, every longer window's sums and histograms
+are merged from them (exact: their statistics compose), and top-N and the
+health view read the persisted hourly results. Gauges are the exception:
+exact percentiles do not compose, so every gauge window is computed from
+the persisted points.
+
+The caller writes ``outputs`` in order (persisted inputs first, so they are
+materialised by their own write) and calls ``unpersist`` at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as sf
+
+from spark_jobs.rollups import (
+    client_health,
+    gauge_rollup,
+    histogram_rollup,
+    prepare_points,
+    sum_rollup,
+    top_n,
+    window_label,
+)
+from spark_jobs.rollups.histograms import histogram_rollup_from
+from spark_jobs.rollups.sums import sum_rollup_from
+
+__all__ = ["HOUR_S", "STORAGE", "RollupSet", "plan_rollups", "prepare_and_persist"]
+
+HOUR_S = 3600
+STORAGE = StorageLevel.DISK_ONLY
+"""Persisted results live on local disk: at 10M points ``MEMORY_AND_DISK`` overflowed
+the 1 GiB driver heap (a spilled block is read back into one heap buffer), and the
+peak RSS target (< 2 GiB, JVM included) rules out a larger heap."""
+
+
+@dataclass
+class RollupSet:
+    """The run's outputs by name, in write order, and the frames to unpersist afterwards."""
+
+    outputs: dict[str, DataFrame] = field(default_factory=dict)
+    persisted: list[DataFrame] = field(default_factory=list)
+
+    def keep(self, frame: DataFrame) -> DataFrame:
+        persisted = frame.persist(STORAGE)
+        self.persisted.append(persisted)
+        return persisted
+
+    def unpersist(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+        self.persisted.clear()
+
+
+def prepare_and_persist(points: DataFrame) -> DataFrame:
+    """``prepare_points`` of the landing rows, persisted (not yet materialised)."""
+    return prepare_points(points).persist(STORAGE)
+
+
+def plan_rollups(
+    prepared: DataFrame,
+    start: datetime,
+    end: datetime,
+    windows: list[int],
+    *,
+    top: int = 10,
+    top_by: str = "p99",
+) -> RollupSet:
+    """Every output of a batch run over ``[start, end)`` (whole windows of the largest length).
+
+    ``prepared`` holds the prepared landing from ``DEFAULT_LOOKBACK`` before
+    ``start`` (cumulative points need their predecessor), ideally persisted.
+    Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
+    then ``top_clients_1h`` and ``client_health_1h``.
+    """
+    result = RollupSet()
+    in_range = prepared.where(sf.col("time") >= sf.lit(start))
+    window_start = sf.col("window_start")
+    inside = (window_start >= sf.lit(start)) & (window_start < sf.lit(end))
+    ordered = sorted(windows)
+    base = ordered[0]
+    derive = [w for w in ordered[1:] if w % base == 0]
+    needs_hourly_sums = HOUR_S not in ordered or HOUR_S in derive
+    keep_base = bool(derive) or (needs_hourly_sums and HOUR_S % base == 0)
+    sums: dict[int, DataFrame] = {}
+    histograms: dict[int, DataFrame] = {}
+    gauges: dict[int, DataFrame] = {}
+    for seconds in ordered:
+        window = timedelta(seconds=seconds)
+        if seconds in derive:
+            sums[seconds] = sum_rollup_from(sums[base], window)
+            histograms[seconds] = histogram_rollup_from(histograms[base], window)
+        else:
+            sums[seconds] = sum_rollup(prepared, window).where(inside)
+            histograms[seconds] = histogram_rollup(prepared, window).where(inside)
+        gauges[seconds] = gauge_rollup(in_range, window)
+        if seconds == base and keep_base:
+            sums[seconds] = result.keep(sums[seconds])
+            histograms[seconds] = result.keep(histograms[seconds])
+        if seconds == HOUR_S:
+            gauges[seconds] = result.keep(gauges[seconds])
+            sums[seconds] = result.keep(sums[seconds])
+        label = window_label(window)
+        result.outputs[f"gauges_{label}"] = gauges[seconds]
+        result.outputs[f"sums_{label}"] = sums[seconds]
+        result.outputs[f"histograms_{label}"] = histograms[seconds]
+    hourly = timedelta(hours=1)
+    gauges_1h = gauges.get(HOUR_S)
+    if gauges_1h is None:
+        gauges_1h = result.keep(gauge_rollup(in_range, hourly))
+    sums_1h = sums.get(HOUR_S)
+    if sums_1h is None:
+        if HOUR_S % base == 0:
+            sums_1h = sum_rollup_from(sums[base], hourly)
+        else:
+            sums_1h = sum_rollup(prepared, hourly).where(inside)
+    result.outputs["top_clients_1h"] = top_n(gauges_1h, top, top_by)
+    result.outputs["client_health_1h"] = client_health(gauges_1h, sums_1h)
+    return result
