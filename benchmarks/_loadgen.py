@@ -41,6 +41,7 @@ import array
 import asyncio
 import contextlib
 import heapq
+import http.client
 import multiprocessing
 import queue
 import random
@@ -956,3 +957,20 @@ def start_bare_server(host: str = "127.0.0.1") -> tuple[SpawnProcess, int]:
         proc.join(timeout=3)
         raise RuntimeError("the bare server did not start") from None
     return proc, port
+
+
+def scrape_metrics(host: str, port: int) -> dict[str, float]:
+    """``GET /metrics`` as ``{'name{labels}': value}`` (simple Prometheus text parsing)."""
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        connection.request("GET", "/metrics")
+        body = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    values: dict[str, float] = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                values[name] = float(value)
+    return values

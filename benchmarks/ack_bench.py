@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
 import queue
@@ -59,6 +58,7 @@ from _loadgen import (
     build_payloads,
     percentile,
     run_load,
+    scrape_metrics,
     start_bare_server,
 )
 
@@ -200,19 +200,7 @@ class Kip714Server:
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` as ``{'name{labels}': value}`` (simple Prometheus text parsing)."""
-        connection = http.client.HTTPConnection(HOST, self.http_port, timeout=10)
-        try:
-            connection.request("GET", "/metrics")
-            body = connection.getresponse().read().decode()
-        finally:
-            connection.close()
-        values: dict[str, float] = {}
-        for line in body.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                with contextlib.suppress(ValueError):
-                    values[name] = float(value)
-        return values
+        return scrape_metrics(HOST, self.http_port)
 
     def cpu_seconds(self) -> float:
         assert self.proc is not None

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
 import queue
@@ -62,6 +61,7 @@ from _loadgen import (
     build_payloads,
     percentile,
     run_load,
+    scrape_metrics,
 )
 
 from exporters.api import LoggedPush
@@ -235,19 +235,7 @@ class Server:
                 self.rss_workers = max(self.rss_workers, workers)
 
     def metrics(self) -> dict[str, float]:
-        connection = http.client.HTTPConnection(HOST, self.http_port, timeout=10)
-        try:
-            connection.request("GET", "/metrics")
-            body = connection.getresponse().read().decode()
-        finally:
-            connection.close()
-        values: dict[str, float] = {}
-        for line in body.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                with contextlib.suppress(ValueError):
-                    values[name] = float(value)
-        return values
+        return scrape_metrics(HOST, self.http_port)
 
     def cpu_s(self) -> tuple[float, float]:
         """CPU seconds so far of (the server process, its landing workers)."""
