@@ -99,6 +99,19 @@ def series_attributes(attributes: str = "attributes") -> Column:
 
 
 PREPARED_MARKER = "_series"
+#: What every prepared point carries: time, the series keys and its temporality.
+PREPARED_POINT_COLUMNS = (
+    "time",
+    "start_time",
+    "metric_name",
+    "client_id",
+    "client_instance_id",
+    "client_software_name",
+    "client_software_version",
+    "node_id",
+    PREPARED_MARKER,
+    "temporality",
+)
 """Column that only ``prepare_points`` adds: its presence means "already prepared"."""
 
 

@@ -26,7 +26,7 @@ from pyspark.sql import functions as sf
 
 from spark_jobs.rollups._common import (
     KEY_COLUMNS,
-    PREPARED_MARKER,
+    PREPARED_POINT_COLUMNS,
     parse_window,
     prepare_points,
     window_bounds,
@@ -44,20 +44,7 @@ __all__ = [
     "valid_histogram",
 ]
 
-_COLUMNS = (
-    "time",
-    "start_time",
-    "metric_name",
-    "client_id",
-    "client_instance_id",
-    "client_software_name",
-    "client_software_version",
-    "node_id",
-    PREPARED_MARKER,
-    "temporality",
-    "push_offset",
-    "explicit_bounds",
-)
+_COLUMNS = (*PREPARED_POINT_COLUMNS, "push_offset", "explicit_bounds")
 
 
 def valid_histogram() -> Column:

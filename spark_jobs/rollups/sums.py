@@ -16,7 +16,7 @@ from pyspark.sql import functions as sf
 
 from spark_jobs.rollups._common import (
     KEY_COLUMNS,
-    PREPARED_MARKER,
+    PREPARED_POINT_COLUMNS,
     parse_window,
     prepare_points,
     window_bounds,
@@ -26,21 +26,7 @@ from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK, classify_cumulative
 
 __all__ = ["sum_rollup", "sum_rollup_from"]
 
-_COLUMNS = (
-    "time",
-    "start_time",
-    "metric_name",
-    "client_id",
-    "client_instance_id",
-    "client_software_name",
-    "client_software_version",
-    "node_id",
-    PREPARED_MARKER,
-    "temporality",
-    "is_monotonic",
-    "push_offset",
-    "value",
-)
+_COLUMNS = (*PREPARED_POINT_COLUMNS, "is_monotonic", "push_offset", "value")
 
 
 def sum_rollup(
