@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
 SERVING = re.compile(
     r"kafka=(?P<kh>[^ ]+):(?P<kp>\d+) advertised=\S+ http=(?P<hh>[^ ]+):(?P<hp>\d+)"
 )
@@ -105,3 +108,31 @@ class ServeProcess:
             self._drainer = None
         if self.process is not None and self.process.stderr is not None:
             self.process.stderr.close()
+
+
+def run_clients(bootstrap: str, seconds: float, prefix: str, *, admin: bool = True) -> None:
+    """A producer, a consumer (and an admin client), polled for ``seconds``, then closed.
+
+    Client ids are ``<prefix>-producer`` etc.; closing the consumer sends its
+    terminating push.
+    """
+    common: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap,
+        "enable.sparse.connections": False,
+        "reconnect.backoff.ms": 100,
+        "reconnect.backoff.max.ms": 1000,
+    }
+    producer = Producer({**common, "client.id": f"{prefix}-producer"})
+    consumer = Consumer(
+        {**common, "client.id": f"{prefix}-consumer", "group.id": f"{prefix}-group"}
+    )
+    clients: list[Any] = [producer, consumer]
+    if admin:
+        clients.append(AdminClient({**common, "client.id": f"{prefix}-admin"}))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for client in clients:
+            client.poll(0.05)
+    producer.flush(2)
+    consumer.close()
+    del producer, clients

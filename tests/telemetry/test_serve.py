@@ -14,12 +14,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
 
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
-from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.serve_process import ServeProcess, run_clients
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -65,32 +63,11 @@ def server(tmp_path: Path) -> Iterator[ServeProcess]:
     process.kill()
 
 
-def run_clients(bootstrap: str, seconds: float) -> None:
-    """A producer, a consumer and an admin client, polled for ``seconds``, then closed."""
-    common: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": bootstrap,
-        "enable.sparse.connections": False,
-        "reconnect.backoff.ms": 100,
-        "reconnect.backoff.max.ms": 1000,
-    }
-    producer = Producer({**common, "client.id": "it-producer"})
-    consumer = Consumer({**common, "client.id": "it-consumer", "group.id": "it-group"})
-    admin = AdminClient({**common, "client.id": "it-admin"})
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        producer.poll(0.05)
-        consumer.poll(0.05)
-        admin.poll(0.05)
-    producer.flush(2)
-    consumer.close()  # terminating pushes on close
-    del producer, admin
-
-
 def test_real_clients_push_through_serve_to_the_exporter(
     server: ServeProcess, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    run_clients(server.bootstrap, 2.5)
+    run_clients(server.bootstrap, 2.5, "it")
     clients = {"it-producer", "it-consumer", "it-admin"}
     assert wait_until(lambda: {r["client_id"] for r in rows(out) if r["terminating"]} >= clients), (
         rows(out)[-3:]

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from confluent_kafka import Consumer, Producer
 
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
-from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.serve_process import ServeProcess, run_clients
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,29 +80,11 @@ def every_file_is_whole(landing: Path) -> int:
     return total
 
 
-def run_clients(bootstrap: str, seconds: float) -> None:
-    common: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": bootstrap,
-        "enable.sparse.connections": False,
-        "reconnect.backoff.ms": 100,
-        "reconnect.backoff.max.ms": 1000,
-    }
-    producer = Producer({**common, "client.id": "pq-producer"})
-    consumer = Consumer({**common, "client.id": "pq-consumer", "group.id": "pq-group"})
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        producer.poll(0.05)
-        consumer.poll(0.05)
-    producer.flush(2)
-    consumer.close()  # a terminating push
-    del producer
-
-
 def test_real_clients_land_every_acknowledged_data_point_in_parquet(tmp_path: Path) -> None:
     landing, out = tmp_path / "landing", tmp_path / "out"
     server = ServeProcess(tmp_path / "data", config(tmp_path)).start()
     try:
-        run_clients(server.bootstrap, 2.5)
+        run_clients(server.bootstrap, 2.5, "pq", admin=False)
         assert wait_until(lambda: any(r["terminating"] for r in jsonl_rows(out)))
         with urllib.request.urlopen(f"http://{server.http[0]}:{server.http[1]}/metrics") as r:
             metrics = r.read().decode()
