@@ -35,7 +35,7 @@ DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
 #: The built-in exporter a config without ``[exporters]`` gets: the Parquet
-#: landing under ``<data_dir>/metrics/`` (design §4.7).
+#: landing under ``<data_dir>/metrics/``.
 DEFAULT_EXPORTER_TYPE = "parquet"
 #: Where a built-in exporter whose options give no ``path`` writes, under the
 #: data directory: ``--data-dir`` moves everything not given an explicit path.
