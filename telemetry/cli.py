@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"HTTP listener (default {DEFAULT_HTTP_LISTEN}; port 0 picks a free port)",
     )
     serve.add_argument(
-        "--data-dir", metavar="DIR", help="ingest log and landing directory (default ./kip714-data)"
+        "--data-dir",
+        metavar="DIR",
+        help="the ingest log (DIR/log) and every built-in exporter given no path, the Parquet "
+        "landing under DIR/metrics (default ./kip714-data)",
     )
     serve.add_argument(
         "--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default INFO)"

@@ -205,11 +205,14 @@ def _refuse_unspecified_advertised(kafka: KafkaListenerConfig) -> None:
     listening socket. Kafka's broker refuses such an ``advertised.listeners``
     entry at start for the same reason.
     """
-    if kafka.advertised_host is not None:
-        host, value = kafka.advertised_host, f"{kafka.advertised_host}:{kafka.advertised_port}"
+    host = kafka.advertised_host
+    if host is not None:
         if _is_unspecified(host):
+            shown = f"[{host}]" if ":" in host else host
             raise ConfigError(
-                "kafka.advertised", value, "clients cannot connect to an unspecified address"
+                "kafka.advertised",
+                f"{shown}:{kafka.advertised_port}",
+                "clients cannot connect to an unspecified address",
             )
     elif _is_unspecified(kafka.host):
         raise ConfigError(
