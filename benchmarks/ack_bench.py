@@ -18,7 +18,7 @@ the Kafka protocol. Phases, in one run:
 The server's RSS is sampled (psutil, every 50 ms) for the whole run; fsyncs
 and appends come from its ``/metrics`` before and after each window.
 
-Targets (issue): >= 8,000 acknowledged pushes/s with durable logging; p99 < 20 ms
+Targets: >= 8,000 acknowledged pushes/s with durable logging; p99 < 20 ms
 at 4,000 pushes/s; >= 50% of the bare-server ceiling; RSS < 300 MiB with
 16,384 cached instances. The load generator shares the machine's cores with
 the server, which the output states.

@@ -16,7 +16,7 @@ is the Parquet landing. Printed:
 * after the load: time to drain the lag, rows in Parquet == acknowledged
   pushes × 60, and bytes per data point on disk.
 
-Targets (issue 4): ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
+Targets: ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
 bounded lag, at least the single-process flatten limit, ≤ 15 bytes per data
 point. The load generator shares the 2 cores with the server; figures taken
 while other work runs on the machine are noisy, and the output says how busy

@@ -5,7 +5,7 @@ ratio to a bare Python method call measured in the same run, so the figures
 read the same on a faster or slower machine. Also prints the memory held per
 idle entity of a ``ClientQuotaManager`` (one record each, then idle).
 
-Targets (issue 2): manager record-and-check under 3 µs median on 2 cores;
+Targets: manager record-and-check under 3 µs median on 2 cores;
 under 2 KiB per idle entity.
 
     python3 benchmarks/quotas_bench.py [--entities 10000] [--repeats 30]

@@ -12,8 +12,10 @@ How records reach an exporter:
 * Delivery is **at least once, in log order**. The host commits an exporter's
   position only after ``export`` returns; a crash or restart between the two
   replays the batch. An exporter that needs exactly-once output deduplicates
-  by ``LoggedPush.offset``, which is unique per push within one data
-  directory and strictly increasing.
+  by ``LoggedPush.offset``, which is unique per push within one ingest log
+  and strictly increasing. A log whose directory is deleted starts again at
+  offset 0 under a new id; an exporter that keeps offsets in its own sink
+  implements ``LogBoundExporter`` to learn that id before it starts.
 * A batch is valid only for the duration of the ``export`` call. The host may
   reuse the sequence afterwards; copy what you keep (the records themselves are
   immutable and may be retained).
@@ -53,6 +55,7 @@ __all__ = [
     "ExportError",
     "Exporter",
     "ExporterFactory",
+    "LogBoundExporter",
     "LoggedPush",
     "PermanentExportError",
     "TransientExportError",
@@ -68,9 +71,10 @@ class LoggedPush:
     which an exporter decodes only if it needs data points.
 
     Attributes:
-        offset: The push's log position. Unique per push within one data
-            directory and strictly increasing in log order (gaps are possible,
-            never reuse); use it as an idempotency key.
+        offset: The push's log position. Unique per push within one ingest
+            log and strictly increasing in log order (gaps are possible, never
+            reuse); use it as an idempotency key, together with the log's id
+            (``LogBoundExporter``) if it outlives the log.
         client_instance_id: Kafka's 22-character URL-safe base64 form of the
             client instance UUID (``Uuid.toString()``).
         subscription_id: The subscription id the client pushed against
@@ -144,6 +148,24 @@ class BufferingExporter(Exporter, Protocol):
 
     def durable_offset(self) -> int:
         """The next offset not yet durable: every push before it is safely in the sink."""
+        ...
+
+
+@runtime_checkable
+class LogBoundExporter(Exporter, Protocol):
+    """An exporter that is told which ingest log feeds it, before it starts.
+
+    Offsets identify a push only within one log: if the log's directory is
+    lost, the new log starts again at offset 0. An exporter that remembers
+    offsets in its sink (to skip replays) implements ``bind_log``; the host
+    calls it once, before ``start``, with the log's id, so ``start`` can
+    compare it with the id the sink recorded and refuse, rather than skip or
+    overwrite data, when they differ. Hosts that predate this method never
+    call it; an implementation then behaves as if the id were unknown.
+    """
+
+    def bind_log(self, log_id: str, /) -> None:
+        """Record the id (a UUID string) of the log that feeds this exporter."""
         ...
 
 

@@ -2,7 +2,7 @@
 
 Every exporter that lands rows (Parquet, jsonl) shares this one definition of
 a row, so the Parquet files, the jsonl lines and the Spark rollups agree on
-column names and meanings (design.md §4.6). ``docs/exporters.md`` documents
+column names and meanings. ``docs/exporters.md`` documents
 the schema column by column.
 
 Why columns: the Parquet landing feeds ``pyarrow.Table.from_pydict`` and

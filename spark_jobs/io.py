@@ -1,6 +1,6 @@
 """Reading the landing and writing rollups: the only module that knows the directory layout.
 
-Layout (design.md §4.6): ``<data>/metrics/date=YYYY-MM-DD/hour=HH/*.parquet``
+Layout: ``<data>/metrics/date=YYYY-MM-DD/hour=HH/*.parquet``
 for the landing and ``<data>/rollups/<name>/date=…/hour=…/`` for outputs.
 
 The landing is read from an explicit file list, not by pointing Spark at

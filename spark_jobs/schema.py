@@ -1,4 +1,4 @@
-"""The Parquet landing schema (design.md §4.6) as Spark sees it.
+"""The Parquet landing schema as Spark sees it.
 
 ``spark_jobs`` may not import ``exporters``, so the landing schema is stated a
 second time here; ``tests/spark_jobs/test_schema_contract.py`` compares it

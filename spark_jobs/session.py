@@ -1,6 +1,6 @@
 """A quiet SparkSession for kip714 jobs, in local mode unless told otherwise.
 
-Why these settings (measured in spark-notes §1–§2 on 2 cores): the UI and the
+Why these settings (measured on 2 cores): the UI and the
 console progress bars only add noise to a batch job's output; UTC makes
 ``date``/``hour`` partitions and window boundaries independent of the
 machine's zone; a handful of shuffle partitions (AQE on) beats the default

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -40,6 +41,18 @@ _log = logging.getLogger(__name__)
 EXPIRY_SWEEP_S = 1.0
 
 
+class StartupError(Exception):
+    """kip714 could not start: one line naming the part (and its address or path) and why."""
+
+
+def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
+    reason = os.strerror(error.errno) if error.errno and error.errno > 0 else str(error)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return StartupError(
+        f"the {listener} listener ({listener}.listen) cannot listen on {address}: {reason}"
+    )
+
+
 def create_exporter(settings: ExporterSettings) -> Exporter:
     """Load the plugin through its entry point; a bad name or option is a ``ConfigError``."""
     key = f"exporters.{settings.name}"
@@ -49,6 +62,13 @@ def create_exporter(settings: ExporterSettings) -> Exporter:
         raise ConfigError(f"{key}.type", settings.type, str(error)) from None
     except exporter_registry.RegistryError as error:
         raise ConfigError(f"{key}.options", dict(settings.options), str(error)) from None
+
+
+def _describe(settings: ExporterSettings) -> str:
+    """``name(type path)``: the startup line names every path the server writes to."""
+    path = settings.options.get("path")
+    where = f" {os.path.abspath(path)}" if isinstance(path, str) else ""
+    return f"{settings.name}({settings.type}{where})"
 
 
 def subscription_registry(subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
@@ -72,34 +92,53 @@ class Server:
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.http_address: tuple[str, int] | None = None
+        self._serving = False
 
     async def start(self) -> None:
         settings = self.settings
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
-        self.log = await IngestLog.open(settings.log_dir, settings.log)
+        try:
+            self.log = await IngestLog.open(settings.log_dir, settings.log)
+        except (OSError, ValueError) as error:
+            raise StartupError(f"ingest log {settings.log_dir}: {error}") from error
         for exporter_settings, exporter in exporters:
             host = ExporterHost(exporter_settings, exporter, self.log)
             self.hosts.append(host)
-            await host.start()
+            try:
+                await host.start()
+            except Exception as error:  # a plugin's own failure, reported as one line
+                _log.debug("exporter %s failed to start", host.name, exc_info=True)
+                raise StartupError(f"exporters.{host.name} could not start: {error}") from error
         await self._unregister_removed_exporters()
         self.listener = KafkaListener(settings.kafka, self.manager, self.log)
-        kafka_address = await self.listener.start()
+        try:
+            kafka_address = await self.listener.start()
+        except OSError as error:
+            raise _cannot_listen(
+                "kafka", settings.kafka.host, settings.kafka.port, error
+            ) from error
         registry = make_registry(ServerCollector(self.manager, self.listener, self.log, self.hosts))
         self._runner = web.AppRunner(create_app(registry, self.health), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="instance-expiry")
+        self._serving = True
         _log.info(
-            "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s exporters=%s",
+            "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
+            "exporters=%s",
             *kafka_address,
             *self.listener.advertised_address,
             *self.http_address,
-            settings.data_dir,
-            ",".join(f"{h.name}({h.settings.type})" for h in self.hosts) or "none",
+            os.path.abspath(settings.data_dir),
+            os.path.abspath(settings.log_dir),
+            ",".join(_describe(h.settings) for h in self.hosts) or "none",
         )
 
     async def stop(self) -> None:
@@ -120,7 +159,8 @@ class Server:
                 _log.exception("exporter %s failed to close", host.name)
         if self.log is not None:
             await self.log.close()
-        _log.info("kip714 stopped")
+        if self._serving:  # a failed start ends with its one error line, nothing after it
+            _log.info("kip714 stopped")
 
     def reload_subscriptions(self) -> None:
         """SIGHUP: re-read the subscriptions; clients see them on their next request."""

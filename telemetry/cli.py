@@ -1,8 +1,10 @@
 """The ``kip714`` command line.
 
 ``kip714 serve`` runs the ingestion server on embedded defaults, a TOML file,
-and a few flags. Configuration errors end the command with status 2 and one
-line naming the key and the value — never a traceback.
+and a few flags. Configuration errors and failures to start (a listener that
+cannot bind, a landing fed by another ingest log) end the command with
+status 2 and one line naming the key or part and the value — never a
+traceback, and no log line before it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from telemetry import demo
-from telemetry.bootstrap import Server
+from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
 from telemetry.errors import ConfigError
 from telemetry.log_setup import configure_logging
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from telemetry.config import Settings
 
 _log = logging.getLogger(__name__)
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,9 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"HTTP listener (default {DEFAULT_HTTP_LISTEN}; port 0 picks a free port)",
     )
     serve.add_argument(
-        "--data-dir", metavar="DIR", help="ingest log and landing directory (default ./kip714-data)"
+        "--data-dir",
+        metavar="DIR",
+        help="the ingest log (DIR/log) and every built-in exporter given no path, the Parquet "
+        "landing under DIR/metrics (default ./kip714-data)",
     )
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument(
+        "--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default INFO)"
+    )
     serve.add_argument(
         "--log-format", default="auto", choices=["auto", "json", "console"], help="log rendering"
     )
@@ -96,14 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             kafka_listen=args.kafka_listen,
             http_listen=args.http_listen,
         )
+        if args.log_level.upper() not in LOG_LEVELS:
+            raise ConfigError("--log-level", args.log_level, f"expected {', '.join(LOG_LEVELS)}")
     except ConfigError as error:
         print(f"kip714: config error: {error}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, args.log_format)
     try:
         return run_event_loop(serve(settings))
-    except ConfigError as error:  # exporter options are validated by their factories at start
-        print(f"kip714: config error: {error}", file=sys.stderr)
+    except (ConfigError, StartupError) as error:  # exporter options are checked at start
+        kind = "config error" if isinstance(error, ConfigError) else "cannot start"
+        print(f"kip714: {kind}: {error}", file=sys.stderr)
         return 2
 
 
@@ -151,10 +163,6 @@ async def serve(settings: Settings) -> int:
     loop.add_signal_handler(signal.SIGHUP, server.reload_subscriptions)
     try:
         await server.start()
-    except OSError as error:
-        _log.error("kip714 could not start: %s", error)
-        await server.stop()
-        return 1
     except Exception:
         await server.stop()
         raise

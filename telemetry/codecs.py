@@ -7,7 +7,7 @@ the newest Kafka's answer too (KAFKA-21076): a retryable error, unlike
 INVALID_RECORD (87), which clients take as "stop sending telemetry for good"
 and which we keep for data that is corrupt.
 
-What real clients send (librdkafka-client-behaviour.md §6): zstd frames
+What real clients send: zstd frames
 *without* a content size (streaming output), raw snappy blocks from
 librdkafka but xerial-framed snappy from Java clients, LZ4 frames, gzip
 (librdkafka uses level 0). All are accepted here.

@@ -15,6 +15,7 @@ request-latency questions.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,15 +28,21 @@ from telemetry.subscriptions import Subscription, validate_subscription
 from telemetry.telemetry_config import TelemetryConfig
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 DEFAULT_DATA_DIR = "./kip714-data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
 #: The built-in exporter a config without ``[exporters]`` gets: the Parquet
-#: landing under ``<data_dir>/metrics/`` (design §4.7).
+#: landing under ``<data_dir>/metrics/``.
 DEFAULT_EXPORTER_TYPE = "parquet"
+#: Where a built-in exporter whose options give no ``path`` writes, under the
+#: data directory: ``--data-dir`` moves everything not given an explicit path.
+_DEFAULT_PATHS: dict[str, Callable[[Path, str], Path]] = {
+    "parquet": lambda data_dir, _name: data_dir,  # rows under <data_dir>/metrics/
+    "jsonl": lambda data_dir, name: data_dir / "jsonl" / f"{name}.jsonl",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +137,7 @@ def load_settings(
     if http_listen is not None:
         host, port = parse_host_port("--http-listen", http_listen)
         settings = replace(settings, http_host=host, http_port=port)
+    _refuse_unspecified_advertised(settings.kafka)
     return settings
 
 
@@ -145,11 +153,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         if "subscriptions" in document
         else default_subscriptions()
     )
-    exporters = (
-        _exporters(_table("exporters", document["exporters"]))
-        if "exporters" in document
-        else default_exporters(data_dir)
-    )
+    exporters = _exporters_in(document, data_dir)
     http_host, http_port = parse_host_port(
         "http.listen", _section("http", document, {"listen"}).get("listen", DEFAULT_HTTP_LISTEN)
     )
@@ -183,9 +187,47 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
 
 
 def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, Any]) -> Settings:
-    """``--data-dir`` moves the log and, unless the file placed it, the default exporter."""
-    exporters = settings.exporters if "exporters" in document else default_exporters(data_dir)
-    return replace(settings, data_dir=data_dir, exporters=exporters)
+    """``--data-dir`` moves the log and every exporter the file gave no explicit path."""
+    return replace(settings, data_dir=data_dir, exporters=_exporters_in(document, data_dir))
+
+
+def _exporters_in(document: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
+    if "exporters" not in document:
+        return default_exporters(data_dir)
+    return _exporters(_table("exporters", document["exporters"]), data_dir)
+
+
+def _refuse_unspecified_advertised(kafka: KafkaListenerConfig) -> None:
+    """Refuse an advertised ``0.0.0.0`` or ``::``, given or defaulted, as Kafka does.
+
+    Metadata hands the advertised address to every client, which then
+    connects to it; an unspecified address only means "every interface" to a
+    listening socket. Kafka's broker refuses such an ``advertised.listeners``
+    entry at start for the same reason.
+    """
+    host = kafka.advertised_host
+    if host is not None:
+        if _is_unspecified(host):
+            shown = f"[{host}]" if ":" in host else host
+            raise ConfigError(
+                "kafka.advertised",
+                f"{shown}:{kafka.advertised_port}",
+                "clients cannot connect to an unspecified address",
+            )
+    elif _is_unspecified(kafka.host):
+        raise ConfigError(
+            "kafka.advertised",
+            None,
+            f"the Kafka listener binds {kafka.host}, which clients cannot connect to; "
+            "set kafka.advertised to a HOST:PORT clients can reach",
+        )
+
+
+def _is_unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a host name
 
 
 def _kafka(section: Mapping[str, Any]) -> KafkaListenerConfig:
@@ -240,7 +282,7 @@ def _subscriptions(table: Mapping[str, Any]) -> tuple[Subscription, ...]:
     return tuple(subscriptions)
 
 
-def _exporters(table: Mapping[str, Any]) -> tuple[ExporterSettings, ...]:
+def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
     known = {
         "type",
         "options",
@@ -256,11 +298,15 @@ def _exporters(table: Mapping[str, Any]) -> tuple[ExporterSettings, ...]:
         _refuse_unknown(key + ".", exporter, known)
         if "type" not in exporter:
             raise ConfigError(f"{key}.type", None, "every exporter names its type (an entry point)")
+        type_name = _string(f"{key}.type", exporter["type"])
+        options = dict(_table(f"{key}.options", exporter.get("options", {})))
+        if "path" not in options and type_name in _DEFAULT_PATHS:
+            options["path"] = str(_DEFAULT_PATHS[type_name](data_dir, name))
         exporters.append(
             ExporterSettings(
                 name=name,
-                type=_string(f"{key}.type", exporter["type"]),
-                options=dict(_table(f"{key}.options", exporter.get("options", {}))),
+                type=type_name,
+                options=options,
                 **{
                     field_name: _int(f"{key}.{field_name}", exporter[field_name], 1)
                     for field_name in known - {"type", "options"}

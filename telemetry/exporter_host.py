@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from exporters.api import BufferingExporter, ExportError
+from exporters.api import BufferingExporter, ExportError, LogBoundExporter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -85,6 +85,8 @@ class ExporterHost:
         return max(0, self.log.log_end - self.committed)
 
     async def start(self) -> None:
+        if isinstance(self.exporter, LogBoundExporter):
+            self.exporter.bind_log(self.log.log_id)
         await self.exporter.start()
         self._started = True
         self.position = await self.log.register(self.consumer)

@@ -1,8 +1,4 @@
-"""The HTTP front door (aiohttp): health and Prometheus metrics for now.
-
-The KIP-714-over-HTTP and OTLP/HTTP routes and the admin API join this app in
-their own issues.
-"""
+"""The HTTP front door (aiohttp): health and Prometheus metrics."""
 
 from __future__ import annotations
 

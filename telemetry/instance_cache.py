@@ -4,7 +4,7 @@ Kafka keeps instances in an access-ordered ``LRUCache(16384)`` and arms a
 timer per instance on every GET/PUSH that fires after
 ``max(cacheExpiryMs, 3 × pushIntervalMs)``; a closed connection removes its
 instance at once (KAFKA-17778). Memory stays bounded by configuration, not
-by how many clients come and go (design invariant 4).
+by how many clients come and go.
 
 Time is injected. Expiry is checked lazily on lookup, and :meth:`expire`
 sweeps in O(expired + distinct delays): instances are bucketed by their

@@ -78,7 +78,12 @@ class PushLog(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaListenerConfig:
-    """``[kafka]`` settings; ``advertised_*`` default to the bound address."""
+    """``[kafka]`` settings; ``advertised_*`` default to the bound address.
+
+    The configuration refuses an unspecified advertised address (``0.0.0.0``,
+    ``::``, given or defaulted from the bind address): clients connect to
+    what Metadata advertises.
+    """
 
     host: str = "127.0.0.1"
     port: int = 9092

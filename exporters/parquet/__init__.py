@@ -1,4 +1,4 @@
-"""The Parquet landing: every acknowledged data point in Parquet exactly once (design.md §4.6).
+"""The Parquet landing: every acknowledged data point in Parquet exactly once.
 
 ``ParquetExporter`` is the ``parquet`` entry point in ``kip714.exporters``;
 ``docs/landing.md`` describes the layout, the publication protocol and the

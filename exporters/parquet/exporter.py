@@ -38,6 +38,7 @@ from exporters.api import LoggedPush, TransientExportError
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
+from exporters.parquet.log_epoch import LogEpoch, open_landing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
 from exporters.parquet.worker import BatchReport, WorkerConfig
 
@@ -52,12 +53,13 @@ _log = logging.getLogger(__name__)
 
 DEFAULTS: Final[Mapping[str, Any]] = {
     "max_rows_per_file": 2_000_000,
-    "max_file_age_s": 60.0,
+    "max_file_age_s": 5.0,
     "workers": max(1, (os.cpu_count() or 2) - 1),
     "raw": False,
     "compression_level": None,
     "row_group_rows": 131_072,
     "max_pending_bytes": 256 * 1024 * 1024,
+    "new_log_epoch": False,
 }
 _OPTIONS: Final = frozenset({"path", *DEFAULTS})
 #: Batches queued per worker beyond the one it is flattening; bounds memory.
@@ -109,6 +111,7 @@ class ParquetExporter:
         self.row_group_rows = int_option(options, "row_group_rows", 1)
         self.max_pending_bytes = int_option(options, "max_pending_bytes", 1)
         self.raw = bool_option(options, "raw")
+        self.new_log_epoch = bool_option(options, "new_log_epoch")
         level = options["compression_level"]
         if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
             raise ValueError(f"option 'compression_level' must be an integer 1..22: {level!r}")
@@ -118,6 +121,8 @@ class ParquetExporter:
         self.stats = ParquetStats()
         """Running counters for the server's metrics; see ``ParquetStats``."""
         self._handles: list[WorkerHandle] = []
+        self._log_id: str | None = None  # the feeding ingest log, from bind_log
+        self._epoch = LogEpoch(None, 0, 0)
         self._lock_file: IO[bytes] | None = None
         self._gen_lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
@@ -137,6 +142,10 @@ class ParquetExporter:
 
     # -- the Exporter contract ----------------------------------------------------------------
 
+    def bind_log(self, log_id: str, /) -> None:
+        """The id of the ingest log feeding the landing (``LogBoundExporter``, ``log_epoch``)."""
+        self._log_id = log_id
+
     async def start(self) -> None:
         """Lock the landing, recover it, start the workers and the age timer."""
         if self._closed:
@@ -145,8 +154,10 @@ class ParquetExporter:
             return
         self._lock_file = await asyncio.to_thread(_lock, self.root)
         try:
-            recovery = await asyncio.to_thread(publishing.recover, self.root)
-            self._durable = self._next = recovery.durable_offset
+            recovery, self._epoch = await asyncio.to_thread(
+                open_landing, self.root, self._log_id, new_epoch=self.new_log_epoch
+            )
+            self._durable = self._next = self._epoch.durable_offset
             self.stats.durable_offset = self._durable
             self.stats.recovered_files += recovery.rolled_forward
             self.stats.discarded_staged_files += recovery.discarded
@@ -172,6 +183,7 @@ class ParquetExporter:
                         raw=self.raw,
                         compression_level=self.compression_level,
                         row_group_rows=self.row_group_rows,
+                        epoch=self._epoch.epoch,
                     )
                 )
                 self._handles.append(handle)
@@ -321,7 +333,9 @@ class ParquetExporter:
             replies: list[Any] = list(outcomes[len(self._gen_batches) :])
             files: list[PublishedFile] = [f for reply in replies for f in reply[1]]
             if files:
-                manifest = publishing.Manifest(first, last, tuple(files))
+                manifest = publishing.Manifest(
+                    first, last, tuple(files), self._epoch.log_id, self._epoch.epoch
+                )
                 await asyncio.to_thread(publishing.publish, self.root, manifest)
         except (WorkerFailedError, OSError, ValueError) as error:
             self._fail(f"publishing offsets {first}..{last} failed: {error}")

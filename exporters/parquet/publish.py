@@ -3,9 +3,10 @@
 Layout under the landing root (the exporter's ``path``)::
 
     metrics/date=YYYY-MM-DD/hour=HH/part-<first>-<last>-w<worker>.parquet   published
+    metrics/date=.../hour=.../part-e<epoch>-<first>-<last>-w<worker>.parquet   (epoch > 0)
     pushes/date=.../hour=.../part-...parquet                                 (raw = true)
     _landing/staging/*.parquet.tmp    written by the workers, fsynced, not yet published
-    _landing/manifests/<first>-<last>.json   what one publication covers
+    _landing/manifests/e<epoch>-<end>.json   what one publication covers
     _landing/lock                     one exporter per landing root
 
 ``_landing`` starts with an underscore, so Spark, Hive and pyarrow datasets
@@ -29,6 +30,13 @@ idempotent), deletes staged files no manifest names (a generation that never
 reached its commit point), and returns one past the highest offset a
 manifest covers. Final names are unique (offset ranges never overlap), and a
 published file is never written again.
+
+Offsets are unique only within one ingest log, so every manifest also
+records the id of the log the landing is fed from and the landing's *offset
+epoch*: 0 at first, one more each time the landing is explicitly moved to a
+new log (``log_epoch.py``). File names of epochs after 0 carry the epoch, so
+they never collide with the names of earlier epochs. The newest manifest is
+the one with the highest ``(epoch, last_offset)``.
 """
 
 from __future__ import annotations
@@ -57,7 +65,9 @@ LANDING_DIR: Final = "_landing"
 STAGING_DIR: Final = "staging"
 MANIFEST_DIR: Final = "manifests"
 STAGED_SUFFIX: Final = ".parquet.tmp"
-_MANIFEST_VERSION: Final = 1
+_MANIFEST_VERSION: Final = 2
+#: Version 1 manifests (written before log ids existed) are read as epoch 0, log id unknown.
+_READABLE_VERSIONS: Final = frozenset({1, _MANIFEST_VERSION})
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +82,36 @@ class PublishedFile:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """What one publication covers: every push ``first_offset..last_offset`` (inclusive)."""
+    """What one publication covers: every push ``first_offset..last_offset`` (inclusive).
+
+    ``log_id`` is the ingest log the offsets belong to (``None``: unknown,
+    from before log ids existed), ``epoch`` the landing's offset epoch. A
+    manifest with no files and ``last_offset = first_offset - 1`` covers no
+    push; it records where the landing stands for a log (see ``log_epoch.py``).
+    """
 
     first_offset: int
     last_offset: int
     files: tuple[PublishedFile, ...]
+    log_id: str | None = None
+    epoch: int = 0
 
     @property
     def name(self) -> str:
-        return f"{self.first_offset:020d}-{self.last_offset:020d}.json"
+        # Named by the epoch and the end it reaches: unique, since the end
+        # only grows within an epoch and ``last_offset`` may be -1.
+        return f"e{self.epoch:06d}-{self.last_offset + 1:020d}.json"
+
+    @property
+    def order(self) -> tuple[int, int, bool]:
+        """Newer sorts higher; a manifest naming its log beats an unnamed one of the same range."""
+        return (self.epoch, self.last_offset, self.log_id is not None)
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
             "version": _MANIFEST_VERSION,
+            "log_id": self.log_id,
+            "epoch": self.epoch,
             "first_offset": self.first_offset,
             "last_offset": self.last_offset,
             "files": [
@@ -97,8 +124,9 @@ class Manifest:
     @classmethod
     def from_json(cls, data: bytes) -> Manifest:
         body = json.loads(data)
-        if body.get("version") != _MANIFEST_VERSION:
+        if body.get("version") not in _READABLE_VERSIONS:
             raise ValueError(f"unknown manifest version {body.get('version')!r}")
+        log_id = body.get("log_id")
         return cls(
             first_offset=int(body["first_offset"]),
             last_offset=int(body["last_offset"]),
@@ -106,6 +134,8 @@ class Manifest:
                 PublishedFile(str(f["staged"]), str(f["final"]), int(f["rows"]), int(f["size"]))
                 for f in body["files"]
             ),
+            log_id=None if log_id is None else str(log_id),
+            epoch=int(body.get("epoch", 0)),
         )
 
 
@@ -114,6 +144,7 @@ class Recovery:
     """What ``recover`` found and did."""
 
     durable_offset: int = 0
+    newest: Manifest | None = None  # where the landing stands: its log id, epoch and end
     manifests: int = 0
     rolled_forward: int = 0  # staged files renamed into place on recovery
     missing: int = 0  # files a manifest names that are neither staged nor published
@@ -221,6 +252,14 @@ def prepare(root: Path) -> None:
     make_dirs(manifest_dir(root))
 
 
+def read_manifests(root: Path) -> list[Manifest]:
+    """Every committed manifest, changing nothing (none if the landing is new)."""
+    directory = manifest_dir(root)
+    if not directory.is_dir():
+        return []
+    return [Manifest.from_json(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+
+
 def recover(root: Path) -> Recovery:
     """Roll every committed generation forward, discard uncommitted ones; see the module doc."""
     prepare(root)
@@ -228,7 +267,7 @@ def recover(root: Path) -> Recovery:
     directory = manifest_dir(root)
     for leftover in directory.glob("*.json.tmp"):
         leftover.unlink()
-    manifests = [Manifest.from_json(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+    manifests = read_manifests(root)
     named: set[str] = set()
     for manifest in manifests:
         moved, missing = move_into_place(root, manifest)
@@ -243,8 +282,9 @@ def recover(root: Path) -> Recovery:
     if result.discarded:
         fsync_dir(staging)
     if manifests:
-        newest = max(manifests, key=lambda m: m.last_offset)
+        newest = max(manifests, key=lambda m: m.order)
         drop_older_manifests(root, newest)
+        result.newest = newest
         result.durable_offset = newest.last_offset + 1
         result.manifests = len(manifests)
     fsync_dir(directory)

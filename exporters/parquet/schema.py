@@ -1,7 +1,7 @@
 """The landing's Parquet schemas, and turning flattened rows into Arrow tables.
 
-The ``metrics`` table is ``exporters.otlp_rows``'s row schema (design.md
-§4.6), with one storage change: the three times are ``timestamp[us, UTC]``,
+The ``metrics`` table is ``exporters.otlp_rows``'s row schema, with one
+storage change: the three times are ``timestamp[us, UTC]``,
 not nanoseconds. Spark (and Hive, and most engines) read Parquet timestamps
 at microsecond precision and refuse or mangle nanosecond ones, while no
 client metric is meaningful below a microsecond; the cast truncates.

@@ -67,6 +67,7 @@ class WorkerConfig:
     raw: bool
     compression_level: int | None
     row_group_rows: int
+    epoch: int = 0  # the landing's offset epoch; after 0 it is part of every file name
 
 
 @dataclass(slots=True)
@@ -139,9 +140,10 @@ class WorkerLanding:
             finally:
                 os.close(fd)
             table, hour = key
+            epoch = f"e{self.config.epoch:06d}-" if self.config.epoch else ""
             final = (
                 f"{table}/{partition_name(hour)}/"
-                f"part-{first:020d}-{last:020d}-w{self.config.worker_id}.parquet"
+                f"part-{epoch}{first:020d}-{last:020d}-w{self.config.worker_id}.parquet"
             )
             size = path.stat().st_size
             sealed.append(PublishedFile(open_file.staged, final, open_file.rows, size))

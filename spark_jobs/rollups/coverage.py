@@ -3,7 +3,7 @@
 Exponential histograms are not rolled up yet: merging needs a common scale
 (downscale every point to the smallest scale in the group, re-index the
 positive and negative buckets, add the zero buckets) and no Kafka client
-sends them today (spark-notes §7), so they are counted and reported instead.
+sends them today, so they are counted and reported instead.
 Summaries carry precomputed quantiles that cannot be merged at all.
 """
 

@@ -1,6 +1,6 @@
 """Per-client health: the standard KIP-714 producer/consumer metrics in one row per window.
 
-The metric names are KIP-714's standard set (spark-notes §7): the Java
+The metric names are KIP-714's standard set: the Java
 client names every metric ``org.apache.kafka.<producer|consumer>.<...>`` and
 librdkafka pushes the same names. The view is built from the gauge and sum
 rollups of one window length (hourly in the job), not from raw points, so it

@@ -61,6 +61,7 @@ class IngestLog:
     def __init__(self, directory: Path, config: LogConfig, state: Recovered) -> None:
         self._directory = directory
         self._config = config
+        self._log_id = state.log_id
         self._max_frame = min(config.max_record_bytes, config.max_bytes - config.segment_bytes)
         self.stats = LogStats(recovery_truncated_bytes=state.truncated_bytes)
         self._lock = threading.Lock()
@@ -101,7 +102,7 @@ class IngestLog:
         segments every known consumer has passed.
 
         Raises:
-            ValueError: The consumer positions file is unreadable.
+            ValueError: The consumer positions file or the log id is unreadable.
             OSError: The directory cannot be read or written.
         """
         path = Path(directory)
@@ -265,6 +266,15 @@ class IngestLog:
     @property
     def directory(self) -> Path:
         return self._directory
+
+    @property
+    def log_id(self) -> str:
+        """This log's id: a UUID created with the directory, the same after every reopen.
+
+        Offsets are unique only within one log; a consumer that keeps offsets
+        elsewhere compares this id to notice a log that was deleted or replaced.
+        """
+        return self._log_id
 
     def read(
         self, from_offset: int, max_records: int = 1000, max_bytes: int = 4 * _MIB

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from telemetry.ingest.identity import load_or_create_log_id
 from telemetry.ingest.positions import load_positions
 from telemetry.ingest.record import FrameError, check_body
 from telemetry.ingest.segment import fsync_directory, iter_frames, list_segments, segment_name
@@ -34,11 +35,13 @@ class Recovered:
     next_offset: int
     positions: dict[str, int]
     truncated_bytes: int
+    log_id: str
 
 
 def recover(directory: Path) -> Recovered:
     """Bring ``directory`` to a consistent state (blocking: run in a thread)."""
     _make_directories(directory)
+    log_id = load_or_create_log_id(directory)
     positions = load_positions(directory)
     segments = [SegmentState(b, p, p.stat().st_size) for b, p in list_segments(directory)]
     truncated = 0
@@ -66,7 +69,7 @@ def recover(directory: Path) -> Recovered:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
         fsync_directory(directory)
         segments.append(SegmentState(high, path, 0))
-    return Recovered(segments, high, positions, truncated)
+    return Recovered(segments, high, positions, truncated, log_id)
 
 
 def _make_directories(directory: Path) -> None:

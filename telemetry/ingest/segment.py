@@ -2,7 +2,8 @@
 
 A segment is named by the offset of its first record, zero-padded so that
 lexical and numeric order agree (Kafka's ``00000000000000000000.log``). The
-log directory holds nothing else but the consumer-positions file.
+log directory holds nothing else but the consumer-positions file and the
+log's id (``identity.py``).
 """
 
 from __future__ import annotations

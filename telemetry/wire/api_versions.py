@@ -1,6 +1,6 @@
 """ApiVersions (key 18) v0–v4: the first request on every connection.
 
-librdkafka sends v3 before it knows the broker's range (librdkafka notes §2.1),
+librdkafka sends v3 before it knows the broker's range,
 and its v3 body is the only place the client names its software
 (ClientSoftwareName / ClientSoftwareVersion, KIP-511), which KIP-714 needs as
 client metadata for subscription matching.

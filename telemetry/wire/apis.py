@@ -1,6 +1,6 @@
 """The api keys kip714 speaks and the version ranges it advertises in ApiVersions.
 
-A telemetry-only broker needs exactly four APIs (librdkafka notes §2.1): a
+A telemetry-only broker needs exactly four APIs: a
 client that does not see key 71 at v0 in ApiVersions never sends telemetry, and
 Metadata must be answered so the client learns the broker it pushes to.
 """

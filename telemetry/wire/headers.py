@@ -1,6 +1,6 @@
 """Request and response headers, whose version follows from the api key and version.
 
-Two rules that are easy to get wrong (librdkafka notes §2.2, §7 pitfall 3):
+Two rules that are easy to get wrong:
 
 * ``client_id`` is a classic INT16-length nullable string even in request
   header v2; only the tagged-field section is new (``RequestHeader.json``:

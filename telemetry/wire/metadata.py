@@ -2,7 +2,7 @@
 
 kip714 answers with itself as the only broker and no topics: Metadata exists
 here only because clients push telemetry to a broker *learned* from Metadata,
-never to the bootstrap connection (librdkafka notes §2.3), so the advertised
+never to the bootstrap connection, so the advertised
 host and port must be the address the client can reach.
 
 Version history that shapes the code (from the schemas):
@@ -326,7 +326,7 @@ def build_metadata_response(
 
     Each topic asked for is answered with an error and no partitions
     (UNKNOWN_TOPIC_OR_PARTITION by name, UNKNOWN_TOPIC_ID by id), which clients
-    accept (librdkafka notes §2.1); "all topics" and "brokers only" get none.
+    accept; "all topics" and "brokers only" get none.
     """
     topics = tuple(_unknown_topic(t, version) for t in request.topics or ())
     return MetadataResponse(

@@ -485,7 +485,7 @@ def _independent_points(raw: bytes) -> list[tuple[str, str, dict[str, int]]]:
     """(name, type, int attributes) per data point, read straight from the protobuf."""
     data = MetricsData()
     data.ParseFromString(raw)
-    found = []
+    found: list[tuple[str, str, dict[str, int]]] = []
     for rm in data.resource_metrics:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:

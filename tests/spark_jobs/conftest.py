@@ -1,4 +1,4 @@
-"""One SparkSession for the whole Spark test run (spark-notes §4): local[1], 1 shuffle partition."""
+"""One SparkSession for the whole Spark test run: local[1], 1 shuffle partition."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 librdkafka runs telemetry on its own threads; every blocking call (create,
 close, destroy) runs in a worker thread so the event loop keeps serving the
-listener meanwhile. The recipe is librdkafka-client-behaviour.md §8: no sparse
+listener meanwhile. The recipe: no sparse
 connections, a short push interval, and close ≥100 ms after a push so the
 client is in PUSH_SCHEDULED and sends its terminating push.
 """

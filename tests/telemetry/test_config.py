@@ -148,3 +148,62 @@ def test_interval_out_of_range_says_so() -> None:
 )
 def test_host_port(text: str, expected: tuple[str, int]) -> None:
     assert parse_host_port("k", text) == expected
+
+
+def test_data_dir_moves_every_builtin_exporter_without_a_path(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+data_dir = "/var/lib/kip714"
+[exporters.landing]
+type = "parquet"
+[exporters.kept]
+type = "parquet"
+[exporters.kept.options]
+path = "/srv/kept"
+[exporters.lines]
+type = "jsonl"
+[exporters.plugin]
+type = "third-party"
+""",
+    )
+    from_file = {e.name: dict(e.options) for e in load_settings(path).exporters}
+    assert from_file == {
+        "landing": {"path": "/var/lib/kip714"},
+        "kept": {"path": "/srv/kept"},
+        "lines": {"path": "/var/lib/kip714/jsonl/lines.jsonl"},
+        "plugin": {},
+    }
+    moved = {e.name: dict(e.options) for e in load_settings(path, data_dir="/d").exporters}
+    assert moved == {
+        "landing": {"path": "/d"},
+        "kept": {"path": "/srv/kept"},
+        "lines": {"path": "/d/jsonl/lines.jsonl"},
+        "plugin": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "kafka_listen", "value"),
+    [
+        ('[kafka]\nlisten = "0.0.0.0:9092"\n', None, None),
+        ("", "0.0.0.0:9092", None),
+        ("", "[::]:0", None),
+        ('[kafka]\nadvertised = "0.0.0.0:9092"\n', None, "0.0.0.0:9092"),
+        ('[kafka]\nlisten = "0.0.0.0:9092"\nadvertised = "[::]:9092"\n', None, "[::]:9092"),
+    ],
+)
+def test_an_unspecified_advertised_address_is_refused(
+    tmp_path: Path, text: str, kafka_listen: str | None, value: str | None
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), kafka_listen=kafka_listen)
+    assert caught.value.key == "kafka.advertised"
+    assert caught.value.value == value
+
+
+def test_listening_everywhere_with_an_advertised_host_is_fine(tmp_path: Path) -> None:
+    settings = load_settings(
+        write(tmp_path, '[kafka]\nadvertised = "kip714.example:9092"\n'), kafka_listen="0.0.0.0:0"
+    )
+    assert (settings.kafka.host, settings.kafka.advertised_host) == ("0.0.0.0", "kip714.example")

@@ -3,8 +3,7 @@
 The pinned strings and ids were printed by JDK 17 running the same
 expressions as ``ClientMetricsManager.createClientInstance`` /
 ``computeSubscriptionId`` (a ConcurrentHashMap of ``new HashSet<>(list)``
-unioned into ``new HashSet<>()``). The semantics reference's §8 table of
-DERIVED ids was not in the shared copy, so these JDK values replace it.
+unioned into ``new HashSet<>()``).
 """
 
 from __future__ import annotations

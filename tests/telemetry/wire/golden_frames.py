@@ -1,8 +1,8 @@
-"""Frames captured from librdkafka 2.16 (librdkafka-client-behaviour.md §3), without size prefix.
+"""Frames captured from librdkafka 2.16, without size prefix.
 
-Built from the document's annotated hex so each part can be checked by eye;
-the PushTelemetry payload is a stand-in of the captured length (463 bytes,
-starting with the zstd magic) since the note does not reproduce it.
+Built from annotated hex dumps so each part can be checked by eye; the
+PushTelemetry payload is a stand-in of the captured length (463 bytes,
+starting with the zstd magic), since the capture kept only its length.
 """
 
 from __future__ import annotations

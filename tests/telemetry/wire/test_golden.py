@@ -1,5 +1,6 @@
-"""The frames librdkafka 2.16 really sent and expected (librdkafka notes §3) decode and
-encode byte for byte: the off-by-one header tag byte of pitfall 3 fails here first."""
+"""The frames librdkafka 2.16 really sent and expected decode and encode byte for byte.
+
+A request header's tagged-field byte read one byte off fails here first."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Header versions per key and version (librdkafka notes §2.2, pitfall 3)."""
+"""Header versions per key and version: ``client_id`` stays a classic string in v2."""
 
 from __future__ import annotations
 
