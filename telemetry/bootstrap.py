@@ -19,6 +19,7 @@ from aiohttp import web
 
 from exporters import registry as exporter_registry
 from telemetry.config import ExporterSettings, Settings, load_settings
+from telemetry.data_dir_lock import DataDirLock
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http_app import create_app
@@ -72,11 +73,19 @@ class Server:
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.http_address: tuple[str, int] | None = None
+        self._data_dir_lock: DataDirLock | None = None
 
     async def start(self) -> None:
+        """Build the exporters, lock the data directory, then open and start the rest.
+
+        Raises:
+            DataDirLockedError: Another process owns the data directory;
+                nothing was opened.
+        """
         settings = self.settings
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
+        self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
         self.log = await IngestLog.open(settings.log_dir, settings.log)
         for exporter_settings, exporter in exporters:
             host = ExporterHost(exporter_settings, exporter, self.log)
@@ -120,6 +129,8 @@ class Server:
                 _log.exception("exporter %s failed to close", host.name)
         if self.log is not None:
             await self.log.close()
+        if self._data_dir_lock is not None:
+            self._data_dir_lock.release()
         _log.info("kip714 stopped")
 
     def reload_subscriptions(self) -> None:

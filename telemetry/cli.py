@@ -16,9 +16,10 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from telemetry import demo
+from telemetry import demo, log_cli
 from telemetry.bootstrap import Server
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
+from telemetry.data_dir_lock import DataDirLockedError
 from telemetry.errors import ConfigError
 from telemetry.log_setup import configure_logging
 
@@ -71,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "log",
+        help="inspect the ingest log or move an exporter past damage (kip714 log --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "rollup",
         help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
         add_help=False,
@@ -84,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rollup(arguments[1:])
     if arguments[:1] == ["demo"]:
         return demo.main(arguments[1:])
+    if arguments[:1] == ["log"]:
+        return log_cli.main(arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
     if args.command != "serve":
@@ -104,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_event_loop(serve(settings))
     except ConfigError as error:  # exporter options are validated by their factories at start
         print(f"kip714: config error: {error}", file=sys.stderr)
+        return 2
+    except DataDirLockedError as error:
+        print(f"kip714: {error}; stop it or use another --data-dir", file=sys.stderr)
         return 2
 
 
@@ -151,6 +162,8 @@ async def serve(settings: Settings) -> int:
     loop.add_signal_handler(signal.SIGHUP, server.reload_subscriptions)
     try:
         await server.start()
+    except DataDirLockedError:
+        raise  # nothing was opened, so there is nothing to stop (and nothing to log)
     except OSError as error:
         _log.error("kip714 could not start: %s", error)
         await server.stop()
