@@ -86,12 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["rollup"]:
-        return rollup(arguments[1:])
-    if arguments[:1] == ["demo"]:
-        return demo.main(arguments[1:])
-    if arguments[:1] == ["log"]:
-        return log_cli.main(arguments[1:])
+    # Commands with parsers of their own get their arguments untouched.
+    delegated = {"rollup": rollup, "demo": demo.main, "log": log_cli.main}
+    if arguments and arguments[0] in delegated:
+        return delegated[arguments[0]](arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
     if args.command != "serve":

@@ -39,7 +39,9 @@ from exporters.options import bool_option, check_keys, int_option, number_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
+from exporters.parquet.retention import landing_retention
 from exporters.parquet.worker import BatchReport, WorkerConfig
+from exporters.retention import PeriodicRetention, RetentionStats
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -58,6 +60,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "compression_level": None,
     "row_group_rows": 131_072,
     "max_pending_bytes": 256 * 1024 * 1024,
+    "retention_hours": None,
 }
 _OPTIONS: Final = frozenset({"path", *DEFAULTS})
 #: Batches queued per worker beyond the one it is flattening; bounds memory.
@@ -115,6 +118,11 @@ class ParquetExporter:
         if level is not None and not 1 <= level <= 22:
             raise ValueError(f"option 'compression_level' must be an integer 1..22: {level!r}")
         self.compression_level: int | None = level
+        retention = options["retention_hours"]
+        self.retention_hours = (
+            None if retention is None else int_option(options, "retention_hours", 1)
+        )
+        self._retention: PeriodicRetention | None = None
         self.stats = ParquetStats()
         """Running counters for the server's metrics; see ``ParquetStats``."""
         self._handles: list[WorkerHandle] = []
@@ -184,6 +192,14 @@ class ParquetExporter:
             raise
         self._started = True
         self._timer = asyncio.create_task(self._age_timer(), name=f"parquet-age-{self.root}")
+        if self.retention_hours is not None:
+            self._retention = landing_retention(self.root, self.retention_hours, self._gen_lock)
+            self._retention.start()
+
+    @property
+    def retention_stats(self) -> RetentionStats | None:
+        """Partitions and bytes ``retention_hours`` deleted; ``None`` when retention is off."""
+        return self._retention.stats if self._retention is not None else None
 
     def durable_offset(self) -> int:
         """The first offset not yet in a published file (see the module docstring)."""
@@ -238,6 +254,8 @@ class ParquetExporter:
         if self._closed:
             return
         self._closed = True
+        if self._retention is not None:
+            await self._retention.stop()
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
