@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HOUR_MS",
     "RETENTION_INTERVAL_S",
+    "RETRY_S",
     "TRASH_DIR",
     "DeletedPartition",
     "HourPartition",
@@ -189,7 +190,7 @@ def prune(
     return deleted
 
 
-def wall_clock_ms() -> int:
+def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
@@ -214,7 +215,7 @@ class PeriodicRetention:
         guard: asyncio.Lock | None = None,
         interval_s: float = RETENTION_INTERVAL_S,
         retry_s: float = RETRY_S,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
         if retention_hours < 1:
             raise ValueError(f"retention_hours must be at least 1: {retention_hours!r}")
@@ -241,9 +242,8 @@ class PeriodicRetention:
         on its own after its pass, never in the middle of one.
         """
         self._stopping.set()
-        task, self._task = self._task, None
-        if task is not None:
-            await asyncio.shield(task)
+        if self._task is not None:
+            await asyncio.shield(self._task)
 
     async def run_once(self) -> list[DeletedPartition]:
         """One pass now (the task's body; also for tests and tools)."""
