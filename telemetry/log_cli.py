@@ -179,8 +179,8 @@ def _as_text(inspection: LogInspection, data_dir: Path, held_by: int | None) -> 
         )
         if damage.next_readable_offset is None:
             lines.append(
-                f"    the next start's recovery cuts these {damage.bytes_after} bytes "
-                "(a write in progress looks the same while a server runs)"
+                f"    the next start's recovery cuts these {damage.bytes_after} bytes"
+                + (" (or a write is still in progress)" if held_by is not None else "")
             )
             continue
         stuck = sorted(

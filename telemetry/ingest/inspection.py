@@ -97,7 +97,10 @@ def inspect_log(directory: Path) -> LogInspection:
     segments: list[SegmentInfo] = []
     for index, (base, path) in enumerate(found):
         following = found[index + 1][0] if index + 1 < len(found) else None
-        segments.append(_scan(base, path, following))
+        try:
+            segments.append(_scan(base, path, following))
+        except FileNotFoundError:
+            continue  # deleted by a running server's retention since the listing
     end = segments[-1].base + segments[-1].valid_records if segments else 0
     log_end = max([end, *positions.values()])
     return LogInspection(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from telemetry import log_cli
 from telemetry.ingest import IngestLog, LogCorruptionError
 from telemetry.ingest.positions import FILE_NAME
 from tests.telemetry.ingest.support import SMALL, context
@@ -213,7 +214,9 @@ def test_skip_is_refused_while_a_server_holds_the_directory(tmp_path: Path) -> N
     try:
         assert server.process is not None
         positions = (data_dir / "log" / FILE_NAME).read_bytes()
-        refused = kip714_log("skip", "--data-dir", str(data_dir), "--exporter", "lines", "--to", "0")
+        refused = kip714_log(
+            "skip", "--data-dir", str(data_dir), "--exporter", "lines", "--to", "0"
+        )
         status = kip714_log("status", "--data-dir", str(data_dir), "--json")
         assert server.stop() == 0
     finally:
@@ -244,3 +247,40 @@ def test_errors_are_one_line_with_status_2(tmp_path: Path) -> None:
     assert unreadable.returncode == 2
     (line,) = unreadable.stderr.strip().splitlines()
     assert line.startswith("kip714 log status: ") and "unreadable consumer positions" in line
+
+
+def test_a_torn_tail_is_reported_as_what_recovery_will_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    log_dir = data_dir / "log"
+    asyncio.run(_write_log(log_dir))
+    last = sorted(log_dir.glob("*.log"))[-1]
+    size = last.stat().st_size
+    with last.open("ab") as file:
+        file.write(b"\x00" * 100)  # a zero-filled tail, as a crash mid-write leaves
+    before = snapshot(data_dir)
+
+    assert log_cli.main(["status", "--data-dir", str(data_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+
+    assert snapshot(data_dir) == before
+    (damage,) = report["damage"]
+    assert damage["segment"] == last.name
+    assert damage["byte"] == size
+    assert damage["bytes_after"] == 100
+    assert damage["next_readable_offset"] is None
+    assert "zero-filled tail" in damage["reason"]
+    assert report["log_end"] == RECORDS  # nothing acknowledged is lost by the cut
+    # Opening the log cuts exactly that tail.
+    asyncio.run(_open_and_read_everything(log_dir))
+    assert last.stat().st_size == size
+
+
+async def _open_and_read_everything(log_dir: Path) -> None:
+    log = await IngestLog.open(log_dir, SMALL)
+    try:
+        assert log.log_end == RECORDS
+        assert len(await asyncio.to_thread(log.read, 0, RECORDS)) == RECORDS
+    finally:
+        await log.close()
