@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from exporters import registry as exporter_registry
+from exporters.retention import PeriodicRetention
 from telemetry.config import ExporterSettings, Settings, load_settings
+from telemetry.data_dir_lock import DataDirLock
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http_app import create_app
@@ -31,6 +33,7 @@ from telemetry.subscriptions import SubscriptionRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
 
     from exporters.api import Exporter
     from telemetry.subscriptions import Subscription
@@ -39,6 +42,8 @@ _log = logging.getLogger(__name__)
 
 #: How often idle client instances are swept out of the cache.
 EXPIRY_SWEEP_S = 1.0
+#: The Spark rollups' output, ``<data_dir>/rollups/<name>/date=…/hour=…/`` (docs/rollups.md).
+ROLLUPS_DIR = "rollups"
 
 
 class StartupError(Exception):
@@ -78,6 +83,21 @@ def subscription_registry(subscriptions: Iterable[Subscription]) -> Subscription
     return registry
 
 
+def rollup_retention(rollups: Path, retention_hours: int) -> PeriodicRetention:
+    """Prunes each rollup ``rollups/<name>/``; ``_checkpoints`` and hidden names are no rollups."""
+
+    def tables() -> list[Path]:
+        if not rollups.is_dir():
+            return []
+        return sorted(
+            path
+            for path in rollups.iterdir()
+            if path.is_dir() and not path.name.startswith(("_", "."))
+        )
+
+    return PeriodicRetention("rollups", tables, retention_hours)
+
+
 class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
@@ -93,11 +113,20 @@ class Server:
         self._sweeper: asyncio.Task[None] | None = None
         self.http_address: tuple[str, int] | None = None
         self._serving = False
+        self._data_dir_lock: DataDirLock | None = None
+        self.rollup_retention: PeriodicRetention | None = None
 
     async def start(self) -> None:
+        """Build the exporters, lock the data directory, then open and start the rest.
+
+        Raises:
+            DataDirLockedError: Another process owns the data directory;
+                nothing was opened.
+        """
         settings = self.settings
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
+        self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
         try:
             self.log = await IngestLog.open(settings.log_dir, settings.log)
         except (OSError, ValueError) as error:
@@ -111,6 +140,11 @@ class Server:
                 _log.debug("exporter %s failed to start", host.name, exc_info=True)
                 raise StartupError(f"exporters.{host.name} could not start: {error}") from error
         await self._unregister_removed_exporters()
+        if settings.rollups_retention_hours is not None:
+            self.rollup_retention = rollup_retention(
+                settings.data_dir / ROLLUPS_DIR, settings.rollups_retention_hours
+            )
+            self.rollup_retention.start()
         self.listener = KafkaListener(settings.kafka, self.manager, self.log)
         try:
             kafka_address = await self.listener.start()
@@ -118,7 +152,11 @@ class Server:
             raise _cannot_listen(
                 "kafka", settings.kafka.host, settings.kafka.port, error
             ) from error
-        registry = make_registry(ServerCollector(self.manager, self.listener, self.log, self.hosts))
+        registry = make_registry(
+            ServerCollector(
+                self.manager, self.listener, self.log, self.hosts, self.rollup_retention
+            )
+        )
         self._runner = web.AppRunner(create_app(registry, self.health), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
@@ -152,6 +190,8 @@ class Server:
             await self.listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.rollup_retention is not None:
+            await self.rollup_retention.stop()
         for host in self.hosts:
             try:
                 await host.stop()
@@ -159,6 +199,8 @@ class Server:
                 _log.exception("exporter %s failed to close", host.name)
         if self.log is not None:
             await self.log.close()
+        if self._data_dir_lock is not None:
+            self._data_dir_lock.release()
         if self._serving:  # a failed start ends with its one error line, nothing after it
             _log.info("kip714 stopped")
 

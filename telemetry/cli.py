@@ -18,9 +18,10 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from telemetry import demo
+from telemetry import demo, log_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
+from telemetry.data_dir_lock import DataDirLockedError
 from telemetry.errors import ConfigError
 from telemetry.log_setup import configure_logging
 
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "log",
+        help="inspect the ingest log or move an exporter past damage (kip714 log --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "rollup",
         help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
         add_help=False,
@@ -89,10 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["rollup"]:
-        return rollup(arguments[1:])
-    if arguments[:1] == ["demo"]:
-        return demo.main(arguments[1:])
+    # Commands with parsers of their own get their arguments untouched.
+    delegated = {"rollup": rollup, "demo": demo.main, "log": log_cli.main}
+    if arguments and arguments[0] in delegated:
+        return delegated[arguments[0]](arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
     if args.command != "serve":
@@ -116,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, StartupError) as error:  # exporter options are checked at start
         kind = "config error" if isinstance(error, ConfigError) else "cannot start"
         print(f"kip714: {kind}: {error}", file=sys.stderr)
+        return 2
+    except DataDirLockedError as error:
+        print(f"kip714: {error}; stop it or use another --data-dir", file=sys.stderr)
         return 2
 
 
@@ -163,6 +172,8 @@ async def serve(settings: Settings) -> int:
     loop.add_signal_handler(signal.SIGHUP, server.reload_subscriptions)
     try:
         await server.start()
+    except DataDirLockedError:
+        raise  # nothing was opened, so there is nothing to stop (and nothing to log)
     except Exception:
         await server.stop()
         raise

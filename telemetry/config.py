@@ -69,6 +69,8 @@ class Settings:
     subscriptions: tuple[Subscription, ...] = ()
     exporters: tuple[ExporterSettings, ...] = ()
     config_path: Path | None = None
+    #: ``[rollups] retention_hours``: delete rollup hours older than this; ``None`` keeps them.
+    rollups_retention_hours: int | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -145,7 +147,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     _refuse_unknown(
         "",
         document,
-        {"data_dir", "telemetry", "kafka", "http", "log", "subscriptions", "exporters"},
+        {"data_dir", "telemetry", "kafka", "http", "log", "subscriptions", "exporters", "rollups"},
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
     subscriptions = (
@@ -183,6 +185,9 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         ),
         subscriptions=subscriptions,
         exporters=exporters,
+        rollups_retention_hours=_retention_hours(
+            "rollups.retention_hours", _section("rollups", document, {"retention_hours"})
+        ),
     )
 
 
@@ -264,6 +269,11 @@ def _log(section: Mapping[str, Any]) -> LogConfig:
     except ValueError as error:
         key = next(iter(values), "log")
         raise ConfigError(f"log.{key}", values.get(key), str(error)) from None
+
+
+def _retention_hours(key: str, section: Mapping[str, Any]) -> int | None:
+    value = section.get("retention_hours")
+    return None if value is None else _int(key, value, 1)
 
 
 def _subscriptions(table: Mapping[str, Any]) -> tuple[Subscription, ...]:

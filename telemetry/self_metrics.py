@@ -21,12 +21,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from exporters.retention import RetentionStats
 from telemetry.exporter_host import EXPORT_BUCKETS_S
 from telemetry.ingest import FSYNC_BUCKETS_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from exporters.retention import PeriodicRetention
     from telemetry.exporter_host import ExporterHost
     from telemetry.ingest import IngestLog
     from telemetry.kafka_listener import KafkaListener
@@ -53,17 +55,20 @@ class ServerCollector(Collector):
         listener: KafkaListener,
         log: IngestLog,
         hosts: Sequence[ExporterHost],
+        rollup_retention: PeriodicRetention | None = None,
     ) -> None:
         self.manager = manager
         self.listener = listener
         self.log = log
         self.hosts = hosts
+        self.rollup_retention = rollup_retention
 
     def collect(self) -> Iterable[Metric]:
         yield from self._telemetry()
         yield from self._listener()
         yield from self._log()
         yield from self._exporters()
+        yield from self._retention()
 
     def _telemetry(self) -> Iterable[Metric]:
         stats = self.manager.stats
@@ -203,6 +208,36 @@ class ServerCollector(Collector):
                 host.stats.export_seconds_total,
             )
         yield from (lag, exported, failures, skipped, latency, plugin_stats)
+
+    def _retention(self) -> Iterable[Metric]:
+        """Retention's deletions, per dataset: ``rollups`` and each pruning exporter's name."""
+        datasets: list[tuple[str, RetentionStats]] = []
+        if self.rollup_retention is not None:
+            datasets.append(("rollups", self.rollup_retention.stats))
+        for host in self.hosts:
+            stats = getattr(host.exporter, "retention_stats", None)
+            if isinstance(stats, RetentionStats):
+                datasets.append((host.name, stats))
+        partitions = CounterMetricFamily(
+            "kip714_retention_deleted_partitions",
+            "Hour partitions deleted by retention, per dataset (rollups or an exporter's name).",
+            labels=["dataset"],
+        )
+        deleted_bytes = CounterMetricFamily(
+            "kip714_retention_deleted_bytes",
+            "Bytes deleted by retention, per dataset.",
+            labels=["dataset"],
+        )
+        failures = CounterMetricFamily(
+            "kip714_retention_failures",
+            "Retention passes that failed (each is logged and retried), per dataset.",
+            labels=["dataset"],
+        )
+        for dataset, stats in datasets:
+            partitions.add_metric([dataset], stats.partitions_deleted)
+            deleted_bytes.add_metric([dataset], stats.bytes_deleted)
+            failures.add_metric([dataset], stats.failures)
+        yield from (partitions, deleted_bytes, failures)
 
 
 def _numeric_fields(stats: object) -> list[tuple[str, float]]:

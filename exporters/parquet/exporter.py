@@ -40,7 +40,9 @@ from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
 from exporters.parquet.log_epoch import LogEpoch, open_landing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
+from exporters.parquet.retention import landing_retention
 from exporters.parquet.worker import BatchReport, WorkerConfig
+from exporters.retention import PeriodicRetention, RetentionStats
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -60,6 +62,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "row_group_rows": 131_072,
     "max_pending_bytes": 256 * 1024 * 1024,
     "new_log_epoch": False,
+    "retention_hours": None,
 }
 _OPTIONS: Final = frozenset({"path", *DEFAULTS})
 #: Batches queued per worker beyond the one it is flattening; bounds memory.
@@ -118,6 +121,11 @@ class ParquetExporter:
         if level is not None and not 1 <= level <= 22:
             raise ValueError(f"option 'compression_level' must be an integer 1..22: {level!r}")
         self.compression_level: int | None = level
+        retention = options["retention_hours"]
+        self.retention_hours = (
+            None if retention is None else int_option(options, "retention_hours", 1)
+        )
+        self._retention: PeriodicRetention | None = None
         self.stats = ParquetStats()
         """Running counters for the server's metrics; see ``ParquetStats``."""
         self._handles: list[WorkerHandle] = []
@@ -196,6 +204,14 @@ class ParquetExporter:
             raise
         self._started = True
         self._timer = asyncio.create_task(self._age_timer(), name=f"parquet-age-{self.root}")
+        if self.retention_hours is not None:
+            self._retention = landing_retention(self.root, self.retention_hours, self._gen_lock)
+            self._retention.start()
+
+    @property
+    def retention_stats(self) -> RetentionStats | None:
+        """Partitions and bytes ``retention_hours`` deleted; ``None`` when retention is off."""
+        return self._retention.stats if self._retention is not None else None
 
     def durable_offset(self) -> int:
         """The first offset not yet in a published file (see the module docstring)."""
@@ -250,6 +266,8 @@ class ParquetExporter:
         if self._closed:
             return
         self._closed = True
+        if self._retention is not None:
+            await self._retention.stop()
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

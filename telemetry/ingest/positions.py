@@ -38,6 +38,15 @@ def load_positions(directory: Path) -> dict[str, int]:
             the end would skip unexported data, so neither is done silently.
     """
     (directory / (FILE_NAME + _TMP_SUFFIX)).unlink(missing_ok=True)
+    return read_positions(directory)
+
+
+def read_positions(directory: Path) -> dict[str, int]:
+    """``load_positions`` without removing a leftover temp file: changes nothing on disk.
+
+    Raises:
+        ValueError: The file exists but is not a positions file.
+    """
     path = directory / FILE_NAME
     try:
         text = path.read_text(encoding="utf-8")
