@@ -73,7 +73,9 @@ def landing_files(data: Path) -> dict[str, bytes]:
     return {
         p.relative_to(data).as_posix(): p.read_bytes()
         for p in sorted(data.rglob("*"))
-        if p.is_file() and "log" not in p.relative_to(data).parts[:1] and p.name != "lock"
+        if p.is_file()
+        and "log" not in p.relative_to(data).parts[:1]
+        and p.name not in {"lock", "kip714.lock"}  # the landing's and the data directory's locks
     }
 
 
