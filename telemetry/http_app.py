@@ -1,7 +1,7 @@
-"""The HTTP front door (aiohttp): health and Prometheus metrics for now.
+"""The HTTP front door (aiohttp): health and Prometheus metrics.
 
-The KIP-714-over-HTTP and OTLP/HTTP routes and the admin API join this app in
-their own issues.
+The composition root adds the ingestion routes (``telemetry.http``:
+OTLP/HTTP and KIP-714 over HTTP) to this app.
 """
 
 from __future__ import annotations
