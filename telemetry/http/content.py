@@ -166,14 +166,15 @@ def _snappy(body: bytes, max_bytes: int) -> bytes:
     return _snappy_block(body, max_bytes)
 
 
-def _snappy_block(block: bytes, max_bytes: int) -> bytes:
+def _snappy_block(block: bytes, max_bytes: int, limit: int | None = None) -> bytes:
+    """One raw block of at most ``max_bytes`` (``limit``: the whole body's, for the message)."""
     # The declared length is checked before a buffer is allocated for it.
     try:
         declared = cramjam.snappy.decompress_raw_len(block)
     except cramjam.DecompressionError as error:
         raise InvalidRecordError(f"corrupt snappy block: {error}") from error
     if declared > max_bytes:
-        raise _too_large(max_bytes)
+        raise _too_large(max_bytes if limit is None else limit)
     try:
         return bytes(cramjam.snappy.decompress_raw(block))
     except cramjam.DecompressionError as error:
@@ -204,7 +205,7 @@ def _snappy_framed(body: bytes, max_bytes: int) -> bytes:
             raise InvalidRecordError(f"snappy framing: unskippable chunk type {kind:#x}")
         data = chunk[4:]
         if kind == _SNAPPY_COMPRESSED:
-            data = _snappy_block(data, max_bytes - len(out))
+            data = _snappy_block(data, max_bytes - len(out), max_bytes)
         if len(data) > _SNAPPY_MAX_CHUNK_OUTPUT:
             raise InvalidRecordError("snappy framing: a chunk holds more than 64 KiB")
         if _masked_crc(data) != int.from_bytes(chunk[:4], "little"):
