@@ -32,14 +32,23 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from cachetools import LRUCache
+
 from telemetry.client_uuid import Uuid
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-__all__ = ["ANONYMOUS", "OTLP_INSTANCE_NAMESPACE", "OtlpIdentity", "derive_identity"]
+__all__ = [
+    "ANONYMOUS",
+    "OTLP_INSTANCE_NAMESPACE",
+    "IdentityCache",
+    "OtlpIdentity",
+    "derive_identity",
+]
 
 #: The UUIDv5 namespace of OTLP client instance ids: ``uuid5(NAMESPACE_URL, "urn:kip714:otlp")``.
 OTLP_INSTANCE_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")
@@ -103,3 +112,23 @@ def derive_identity(attributes: Iterable[KeyValue], source_address: str) -> Otlp
         client_software_name=software,
         client_software_version=found.get("telemetry.sdk.version"),
     )
+
+
+class IdentityCache:
+    """:func:`derive_identity` memoised per (resource encoding, source address).
+
+    A sender repeats its resource on every request; deriving costs a SHA-1
+    and a pass over the attributes, the lookup one serialization. Bounded:
+    the least recently used entries go.
+    """
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self._cache: LRUCache[tuple[bytes, str], OtlpIdentity] = LRUCache(maxsize)
+
+    def identity(self, resource: Resource, source_address: str) -> OtlpIdentity:
+        key = (resource.SerializeToString(deterministic=True), source_address)
+        found = self._cache.get(key)
+        if found is None:
+            found = derive_identity(resource.attributes, source_address)
+            self._cache[key] = found
+        return found

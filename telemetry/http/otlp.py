@@ -51,7 +51,7 @@ from telemetry.http.content import (
     decode_content,
     read_body,
 )
-from telemetry.http.identity import ANONYMOUS, OtlpIdentity, derive_identity
+from telemetry.http.identity import ANONYMOUS, IdentityCache, OtlpIdentity
 from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
 from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
@@ -115,6 +115,7 @@ class OtlpMetricsHandler:
 
     def __init__(self, ingest: HttpIngest) -> None:
         self._ingest = ingest
+        self._identities = IdentityCache()
 
     async def handle(self, request: web.Request) -> web.Response:
         content_type = request.content_type
@@ -139,7 +140,7 @@ class OtlpMetricsHandler:
         address, port = peer(request)
         groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
         for resource in export.resource_metrics:
-            identity = derive_identity(resource.resource.attributes, address or "")
+            identity = self._identities.identity(resource.resource, address or "")
             groups.setdefault(identity, []).append(resource)
         if not groups:
             return _message_response(ExportMetricsServiceResponse(), is_json)

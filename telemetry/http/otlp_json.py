@@ -97,5 +97,5 @@ def parse_json(body: bytes, message: Message) -> None:
 
 def message_to_json(message: Message) -> bytes:
     """The OTLP/JSON encoding of a response or ``google.rpc.Status`` message."""
-    text = json_format.MessageToJson(message, indent=None)
+    text: str = json_format.MessageToJson(message, indent=None)
     return text.encode("utf-8")

@@ -302,7 +302,12 @@ async def test_every_collector_encoding_is_decoded(server: HttpServer, encoding:
 
 
 def status_of(body: bytes, is_json: bool) -> Status:
-    return json_format.Parse(body, Status()) if is_json else Status.FromString(body)
+    status = Status()
+    if is_json:
+        json_format.Parse(body, status)
+    else:
+        status.ParseFromString(body)
+    return status
 
 
 ZEROS = bytes(4 * 1024 * 1024)
