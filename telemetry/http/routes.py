@@ -23,6 +23,12 @@ def add_ingest_routes(app: web.Application, ingest: HttpIngest) -> None:
     auto_decompress=False)``): the routes decode ``Content-Encoding``
     themselves, with a bound on the output.
     """
-    app.router.add_post(OTLP_ROUTE, OtlpMetricsHandler(ingest).handle)
+    otlp = OtlpMetricsHandler(ingest)
+
+    async def close(app: web.Application) -> None:
+        otlp.close()
+
+    app.on_cleanup.append(close)
+    app.router.add_post(OTLP_ROUTE, otlp.handle)
     app.router.add_post(GET_ROUTE, GetSubscriptionsHandler(ingest).handle)
     app.router.add_post(PUSH_ROUTE, PushHandler(ingest).handle)

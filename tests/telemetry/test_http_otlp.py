@@ -7,8 +7,10 @@ example of the OTLP specification (opentelemetry-proto
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
+import threading
 import tracemalloc
 import uuid
 import zlib
@@ -37,6 +39,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from telemetry.client_uuid import Uuid
 from telemetry.http.identity import OTLP_INSTANCE_NAMESPACE
+from telemetry.http.otlp import JSON_INLINE_BYTES
 from telemetry.ingest import LogConfig
 from telemetry.telemetry_config import TelemetryConfig
 from tests.telemetry.http_support import HttpServer, running_http
@@ -504,3 +507,43 @@ async def test_a_resource_too_large_for_the_log_is_a_partial_success(tmp_path: P
     assert [p.client_id for p in logged] == ["small"]
     assert alone == 413
     assert Status.FromString(refusal).code == 8
+
+
+async def test_a_big_json_body_is_parsed_off_the_event_loop(tmp_path: Path) -> None:
+    """OTLP/JSON costs about 1 µs a byte to parse: a big body must not stall other senders.
+
+    A small request sent while the big one is being parsed is answered first.
+    """
+    resources = [resource_metrics({"service.name": "big"}, f"m{i}", 40) for i in range(600)]
+    document = json.dumps(
+        json_format.MessageToDict(ExportMetricsServiceRequest(resource_metrics=resources))
+    ).encode()
+    big = gzip.compress(document)
+    limits = TelemetryConfig(max_bytes=MAX_BYTES, max_decompressed_bytes=4 * 1024 * 1024)
+    assert (
+        len(big) <= MAX_BYTES and JSON_INLINE_BYTES < 1024 * 1024 < len(document) <= 4 * 1024 * 1024
+    )
+    order: list[str] = []
+    async with running_server(tmp_path, telemetry=limits) as kafka, running_http(kafka) as server:
+
+        async def send(name: str, body: bytes, headers: dict[str, str]) -> None:
+            status, _, _ = await post(server, body, headers)
+            assert status == 200
+            order.append(name)
+
+        idle_workers = _worker_threads()
+        big_request = asyncio.ensure_future(send("big", big, {**JSON, "Content-Encoding": "gzip"}))
+        for _ in range(10_000):  # until the big body is being parsed (or done, if on the loop)
+            if _worker_threads() > idle_workers or big_request.done():
+                break
+            await asyncio.sleep(0.001)
+        await send("small", SDK_BODY, PROTOBUF)
+        await big_request
+        logged = await server.pushes()
+    assert order == ["small", "big"]
+    assert len(logged) == 2
+
+
+def _worker_threads() -> int:
+    """The OTLP/JSON parser threads (of every server in this process)."""
+    return sum(t.name.startswith("otlp-json") for t in threading.enumerate())
