@@ -24,6 +24,8 @@ from telemetry.config import ExporterSettings, Settings, load_settings
 from telemetry.data_dir_lock import DataDirLock
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
+from telemetry.http import HttpIngest, add_ingest_routes
+from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http_app import create_app
 from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
@@ -157,7 +159,12 @@ class Server:
                 self.manager, self.listener, self.log, self.hosts, self.rollup_retention
             )
         )
-        self._runner = web.AppRunner(create_app(registry, self.health), access_log=None)
+        ingest = HttpIngest(manager=self.manager, log=self.log)
+        registry.register(HttpIngestCollector(ingest.stats))
+        app = create_app(registry, self.health)
+        add_ingest_routes(app, ingest)
+        # The ingestion routes decode Content-Encoding themselves, bounded.
+        self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
         try:

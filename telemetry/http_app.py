@@ -1,4 +1,8 @@
-"""The HTTP front door (aiohttp): health and Prometheus metrics."""
+"""The HTTP front door (aiohttp): health and Prometheus metrics.
+
+The composition root adds the ingestion routes (``telemetry.http``:
+OTLP/HTTP and KIP-714 over HTTP) to this app.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,310 @@
+"""Acknowledged OTLP/HTTP requests/s and latency of ``kip714 serve``, against an aiohttp no-op.
+
+``POST /v1/metrics`` with protobuf bodies of two sizes: a librdkafka-shaped
+push (60 metrics, as ``_loadgen.build_metrics_data`` builds it) and an
+SDK-shaped export (built by the OpenTelemetry Python SDK itself: counters,
+gauges and histograms over a few attribute sets, encoded by its OTLP
+encoder). For each size, in one run on the same machine:
+
+1. **ceiling**: an aiohttp server whose handler reads the body and answers an
+   empty ``ExportMetricsServiceResponse``, under closed-loop load
+   (``--concurrency`` requests in flight);
+2. **kip714**: ``kip714 serve`` (a subprocess; durable ingest log, Parquet
+   landing on, its default exporter) under the same load;
+3. **kip714 at half**: requests offered at half of kip714's closed-loop
+   rate whatever the latency (latency counts from the intended send time).
+
+The load generator is one process (aiohttp client); it shares the
+machine's cores with the server, which the output states with the load
+average. Targets: kip714 >= 50% of the ceiling; p99 < 20 ms at half rate.
+
+    python3 benchmarks/otlp_http_bench.py            # about 1 minute
+    python3 benchmarks/otlp_http_bench.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import random
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import aiohttp
+import psutil  # type: ignore[import-untyped,unused-ignore]
+import pyarrow.dataset as ds
+from aiohttp import web
+from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import encode_metrics
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _loadgen import build_metrics_data, percentile
+from ack_bench import Kip714Server
+
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+
+HOST: Final = "127.0.0.1"
+ROUTE: Final = "/v1/metrics"
+PROTOBUF: Final = "application/x-protobuf"
+TARGET_CEILING_SHARE: Final = 0.5
+TARGET_P99_S: Final = 0.020
+
+
+# -- request bodies -----------------------------------------------------------------------------
+
+
+def librdkafka_sized() -> bytes:
+    """A librdkafka producer push (60 metrics) as an OTLP request with a service resource."""
+    data = build_metrics_data(random.Random(0))
+    request = ExportMetricsServiceRequest()
+    request.ParseFromString(data.SerializeToString())
+    attribute = request.resource_metrics[0].resource.attributes.add()
+    attribute.key, attribute.value.string_value = "service.name", "bench-producer"
+    return bytes(request.SerializeToString())
+
+
+def sdk_sized() -> bytes:
+    """One export of an SDK-instrumented service, encoded by the SDK's own OTLP encoder."""
+    reader = InMemoryMetricReader()
+    resource = Resource.create({"service.name": "bench-service", "service.instance.id": "1"})
+    provider = MeterProvider(metric_readers=[reader], resource=resource)
+    meter = provider.get_meter("bench", "1.0")
+    routes = [{"http.route": f"/api/v1/items/{i}", "http.method": "GET"} for i in range(4)]
+    for index in range(10):
+        counter = meter.create_counter(f"bench.requests.{index}")
+        for attributes in routes:
+            counter.add(index + 1, attributes)
+    for index in range(4):
+        histogram = meter.create_histogram(f"bench.duration.{index}", unit="ms")
+        for attributes in routes:
+            for value in (1, 7, 30, 120, 800):
+                histogram.record(value, attributes)
+    for index in range(4):
+        gauge = meter.create_gauge(f"bench.queue.{index}")
+        gauge.set(index * 3.5, {"queue": "a"})
+        gauge.set(index * 1.5, {"queue": "b"})
+    data = reader.get_metrics_data()
+    assert data is not None
+    body = bytes(encode_metrics(data).SerializeToString())
+    provider.shutdown()
+    return body
+
+
+# -- the ceiling --------------------------------------------------------------------------------
+
+
+def _noop_main(ready: multiprocessing.Queue[int]) -> None:
+    async def export(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=b"", content_type=PROTOBUF)
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_post(ROUTE, export)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, HOST, 0)
+        await site.start()
+        ready.put(int(runner.addresses[0][1]))
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(ImportError):
+        import uvloop  # noqa: PLC0415 - the same loop as kip714 serve
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    asyncio.run(serve())
+
+
+def start_noop() -> tuple[SpawnProcess, int]:
+    context = multiprocessing.get_context("spawn")
+    ready: multiprocessing.Queue[int] = context.Queue()
+    process = context.Process(target=_noop_main, args=(ready,), daemon=True)
+    process.start()
+    return process, ready.get(timeout=30)
+
+
+# -- the load -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    ok: int
+    failed: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.ok / self.seconds if self.seconds else 0.0
+
+
+async def _load(
+    url: str, body: bytes, concurrency: int, rate: float, warmup_s: float, duration_s: float
+) -> LoadResult:
+    """Closed loop (``rate`` 0: ``concurrency`` requests in flight) or open loop at ``rate``."""
+    latencies: list[float] = []
+    counts = {"ok": 0, "failed": 0}
+    loop = asyncio.get_running_loop()
+    start = loop.time() + warmup_s
+    end = start + duration_s
+    headers = {"Content-Type": PROTOBUF}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(intended: float) -> None:
+            async with session.post(url, data=body, headers=headers) as response:
+                await response.read()
+                status = response.status
+            done = loop.time()
+            if start <= intended < end:
+                counts["ok" if status == 200 else "failed"] += 1
+                latencies.append(done - intended)
+
+        async def closed_worker() -> None:
+            while loop.time() < end:
+                await one(loop.time())
+
+        if rate <= 0:
+            await asyncio.gather(*(closed_worker() for _ in range(concurrency)))
+        else:
+            tasks: set[asyncio.Task[None]] = set()
+            interval, sent = 1.0 / rate, 0
+            first = loop.time()
+            while (due := first + sent * interval) < end:
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                task = loop.create_task(one(due))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                sent += 1
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+    return LoadResult(counts["ok"], counts["failed"], duration_s, sorted(latencies))
+
+
+def _load_main(
+    results: multiprocessing.Queue[LoadResult], args: tuple[str, bytes, int, float, float, float]
+) -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop  # noqa: PLC0415
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    results.put(asyncio.run(_load(*args)))
+
+
+def run_load(
+    url: str, body: bytes, concurrency: int, rate: float, warmup_s: float, duration_s: float
+) -> LoadResult:
+    """The load from its own process, so the generator never shares this one's loop."""
+    context = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[LoadResult] = context.Queue()
+    args = (url, body, concurrency, rate, warmup_s, duration_s)
+    process = context.Process(target=_load_main, args=(results, args), daemon=True)
+    process.start()
+    try:
+        return results.get(timeout=warmup_s + duration_s + 60)
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.terminate()
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _children_cpu_seconds(server: Kip714Server) -> float:
+    """CPU of the server's child processes (the Parquet landing's flattening workers)."""
+    assert server.proc is not None
+    total = 0.0
+    for child in psutil.Process(server.proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _line(label: str, result: LoadResult) -> str:
+    p50 = percentile(result.latencies, 0.50) * 1000
+    p99 = percentile(result.latencies, 0.99) * 1000
+    failed = f", {result.failed} not 200" if result.failed else ""
+    figures = f"{result.rate:>8,.0f} req/s   p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
+    return f"  {label:<22} {figures}{failed}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--duration", type=float, default=6.0, help="measured seconds per phase")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before")
+    parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    parser.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.duration, args.warmup = 2.0, 0.5
+    bodies = {"librdkafka-sized": librdkafka_sized(), "SDK-sized": sdk_sized()}
+    load_before = os.getloadavg()
+    print(f"cores: {os.cpu_count()}, load average before: {load_before[0]:.2f}")
+    noop, noop_port = start_noop()
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="kip714-otlp-bench-") as workdir:
+        server = Kip714Server(Path(workdir), cache_size=16_384, exporters="parquet")
+        try:
+            server.start()
+            kip714_url = f"http://{HOST}:{server.http_port}{ROUTE}"
+            for kind, body in bodies.items():
+                points = sum(
+                    len(getattr(m, m.WhichOneof("data")).data_points)
+                    for r in ExportMetricsServiceRequest.FromString(body).resource_metrics
+                    for s in r.scope_metrics
+                    for m in s.metrics
+                )
+                print(f"\n{kind}: {len(body):,} bytes, {points} data points per request")
+                timing = (args.concurrency, 0.0, args.warmup, args.duration)
+                ceiling = run_load(f"http://{HOST}:{noop_port}{ROUTE}", body, *timing)
+                print(_line("ceiling (aiohttp no-op)", ceiling))
+                before = (server.cpu_seconds(), _children_cpu_seconds(server))
+                closed = run_load(kip714_url, body, *timing)
+                serving = server.cpu_seconds() - before[0]
+                landing = _children_cpu_seconds(server) - before[1]
+                print(_line("kip714", closed))
+                requests = max(closed.ok + closed.failed, 1)
+                print(
+                    f"  kip714 CPU per request: {serving / requests * 1e6:,.0f} µs in the server "
+                    f"process, {landing / requests * 1e6:,.0f} µs in the landing's workers"
+                )
+                half = run_load(
+                    kip714_url, body, args.concurrency, closed.rate / 2, args.warmup, args.duration
+                )
+                print(_line("kip714 at half rate", half))
+                share = closed.rate / ceiling.rate if ceiling.rate else 0.0
+                p99 = percentile(half.latencies, 0.99)
+                passed = share >= TARGET_CEILING_SHARE and p99 < TARGET_P99_S
+                ok = ok and passed and not (closed.failed or half.failed)
+                print(
+                    f"  kip714 = {share:.0%} of the ceiling (target >= 50%), p99 at half rate "
+                    f"{p99 * 1000:.2f} ms (target < 20 ms): {'met' if passed else 'NOT met'}"
+                )
+        finally:
+            server.stop()
+            noop.terminate()
+            noop.join(timeout=10)
+        metrics = Path(workdir) / "data" / "metrics"
+        rows = ds.dataset(metrics, partitioning="hive").count_rows() if metrics.exists() else 0
+        print(f"\nlanded rows (Parquet, after SIGTERM): {rows:,}")
+    load_after = os.getloadavg()
+    print(f"load average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Who an OTLP sender is, in KIP-714's terms, derived from its resource attributes.
+
+An OpenTelemetry SDK has no KIP-714 client instance id, client id or
+ApiVersions software name, yet every landed row carries them. The rule
+(stable: the same resource from the same place always gets the same
+identity, across requests and server restarts):
+
+* ``client_id`` = ``service.name`` (``None`` when absent).
+* ``client_software_name`` = ``telemetry.sdk.name``, joined with
+  ``telemetry.sdk.language`` by ``-`` when both are present
+  (``opentelemetry-python``); ``client_software_version`` =
+  ``telemetry.sdk.version``. They name the sending library, as ApiVersions
+  does for a Kafka client (``service.version`` is the application's, and
+  stays in ``resource_attributes``).
+* ``client_instance_id`` = UUIDv5 in :data:`OTLP_INSTANCE_NAMESPACE` of
+  ``service.namespace``, ``service.name`` and ``service.instance.id`` joined
+  by NUL; when ``service.instance.id`` is absent, of ``service.namespace``,
+  ``service.name`` and the source address instead (marked apart, so the two
+  forms never collide). The semantic conventions make
+  ``service.instance.id`` unique within namespace and name, so the id is
+  per process for SDKs that set it (the Python SDK does). An id whose text
+  form would start with ``-`` (Kafka never hands those out) is re-derived
+  with a counter appended, so the rule stays deterministic.
+* ``principal`` is ``User:ANONYMOUS``; source address and port are the
+  connection's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from cachetools import LRUCache
+
+from telemetry.client_uuid import Uuid
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+__all__ = [
+    "ANONYMOUS",
+    "OTLP_INSTANCE_NAMESPACE",
+    "IdentityCache",
+    "OtlpIdentity",
+    "derive_identity",
+]
+
+#: The UUIDv5 namespace of OTLP client instance ids: ``uuid5(NAMESPACE_URL, "urn:kip714:otlp")``.
+OTLP_INSTANCE_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")
+ANONYMOUS: Final = "User:ANONYMOUS"
+
+_WANTED: Final = frozenset(
+    {
+        "service.name",
+        "service.namespace",
+        "service.instance.id",
+        "telemetry.sdk.name",
+        "telemetry.sdk.language",
+        "telemetry.sdk.version",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OtlpIdentity:
+    """The KIP-714 identity of one OTLP resource, as it lands."""
+
+    client_instance_id: Uuid
+    client_id: str | None
+    client_software_name: str | None
+    client_software_version: str | None
+
+
+def _string_attributes(attributes: Iterable[KeyValue]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for attribute in attributes:
+        if attribute.key in _WANTED and attribute.value.WhichOneof("value") == "string_value":
+            found[attribute.key] = attribute.value.string_value
+    return found
+
+
+def _instance_id(name: str) -> Uuid:
+    for attempt in itertools.count():
+        seed = name if attempt == 0 else f"{name}\x00{attempt}"
+        candidate = Uuid.from_bytes(uuid.uuid5(OTLP_INSTANCE_NAMESPACE, seed).bytes)
+        if not str(candidate).startswith("-"):
+            return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def derive_identity(attributes: Iterable[KeyValue], source_address: str) -> OtlpIdentity:
+    """The identity of the resource with ``attributes``, sent from ``source_address``."""
+    found = _string_attributes(attributes)
+    namespace = found.get("service.namespace", "")
+    service = found.get("service.name")
+    instance = found.get("service.instance.id")
+    if instance is not None:
+        seed = "\x00".join(("service.instance.id", namespace, service or "", instance))
+    else:
+        seed = "\x00".join(("source.address", namespace, service or "", source_address))
+    sdk = found.get("telemetry.sdk.name")
+    language = found.get("telemetry.sdk.language")
+    software = f"{sdk}-{language}" if sdk and language else sdk or None
+    return OtlpIdentity(
+        client_instance_id=_instance_id(seed),
+        client_id=service,
+        client_software_name=software,
+        client_software_version=found.get("telemetry.sdk.version"),
+    )
+
+
+class IdentityCache:
+    """:func:`derive_identity` memoised per (resource encoding, source address).
+
+    A sender repeats its resource on every request; deriving costs a SHA-1
+    and a pass over the attributes, the lookup one serialization. Bounded:
+    the least recently used entries go.
+    """
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self._cache: LRUCache[tuple[bytes, str], OtlpIdentity] = LRUCache(maxsize)
+
+    def identity(self, resource: Resource, source_address: str) -> OtlpIdentity:
+        key = (resource.SerializeToString(deterministic=True), source_address)
+        found = self._cache.get(key)
+        if found is None:
+            found = derive_identity(resource.attributes, source_address)
+            self._cache[key] = found
+        return found

@@ -1,0 +1,40 @@
+"""What the HTTP ingestion routes share: the manager, the log, the clock, the throttle hook."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from telemetry.http.throttle import RequestThrottle, no_throttle
+from telemetry.kafka_listener import wall_clock_ms
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from telemetry.kafka_listener import PushLog
+    from telemetry.manager import TelemetryManager
+
+__all__ = ["HttpIngest", "HttpIngestStats"]
+
+
+@dataclass(slots=True)
+class HttpIngestStats:
+    """Responses per route and HTTP status, for the Prometheus layer."""
+
+    responses: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpIngest:
+    """The parts every ingestion route uses; the same ones the Kafka listener is built on.
+
+    ``clock`` is wall-clock milliseconds (push gates and landed receive times
+    use wall time, as Kafka does); tests inject a manual one.
+    """
+
+    manager: TelemetryManager
+    log: PushLog
+    clock: Callable[[], int] = wall_clock_ms
+    throttle: RequestThrottle = no_throttle
+    stats: HttpIngestStats = field(default_factory=HttpIngestStats)

@@ -1,0 +1,353 @@
+"""KIP-714 over HTTP: ``POST /v1/telemetry/subscriptions`` and ``POST /v1/telemetry/push``.
+
+The two RPCs of KIP-714 with the fields of their Kafka messages, answered by
+the same :class:`~telemetry.manager.TelemetryManager` as the Kafka listener,
+so the checks, their order, the error codes and the throttle times are the
+same. What HTTP adds:
+
+* GetTelemetrySubscriptions takes a JSON object; PushTelemetry takes the
+  metrics bytes (compressed as its compression type says) as the body and
+  its other fields in ``Kip714-*`` headers, so a payload is never re-encoded.
+  The Kafka request header's client id and ApiVersions' software name and
+  version travel in the same request (JSON fields or headers); the source
+  address and port are the connection's; the principal is anonymous.
+* The answer is a JSON object with the response's fields and the error code
+  (and its name). HTTP status 200 carries every Kafka outcome, errors
+  included, except that a response with ``throttle_time_ms`` > 0 (where a
+  Kafka broker would mute the channel) is HTTP 429 with ``Retry-After``. A
+  request that cannot be read as these messages (a Kafka broker would close
+  the connection) is HTTP 400 with error code INVALID_REQUEST.
+* HTTP is stateless: an instance is not tied to a connection, so only
+  expiry removes it from the instance cache.
+
+A push is acknowledged only once the ingest log has it on disk. Its outcome
+is recorded in the manager from the log's future, not from the handler, so a
+handler cancelled while waiting (a client gone, a server stopping) still
+leaves the instance in the state the log says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from aiohttp import web
+
+from telemetry.client_instance import RequestContext
+from telemetry.client_uuid import ZERO_UUID, Uuid
+from telemetry.errors import ErrorCode
+from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
+from telemetry.http.otlp import peer
+from telemetry.http.throttle import retry_after_s
+from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+from telemetry.manager import AcceptedPush, PushTelemetryResponse
+
+if TYPE_CHECKING:
+    from telemetry.http.ingest import HttpIngest
+    from telemetry.manager import GetTelemetrySubscriptionsResponse, TelemetryManager
+
+__all__ = [
+    "GET_ROUTE",
+    "MAX_GET_BODY_BYTES",
+    "PUSH_ROUTE",
+    "GetSubscriptionsHandler",
+    "PushHandler",
+    "complete_failed_append",
+]
+
+_log = logging.getLogger(__name__)
+
+GET_ROUTE: Final = "/v1/telemetry/subscriptions"
+PUSH_ROUTE: Final = "/v1/telemetry/push"
+#: A GetTelemetrySubscriptions request is a handful of short strings.
+MAX_GET_BODY_BYTES: Final = 64 * 1024
+
+CLIENT_INSTANCE_ID: Final = "Kip714-Client-Instance-Id"
+SUBSCRIPTION_ID: Final = "Kip714-Subscription-Id"
+COMPRESSION_TYPE: Final = "Kip714-Compression-Type"
+TERMINATING: Final = "Kip714-Terminating"
+CLIENT_ID: Final = "Kip714-Client-Id"
+SOFTWARE_NAME: Final = "Kip714-Client-Software-Name"
+SOFTWARE_VERSION: Final = "Kip714-Client-Software-Version"
+
+_INT32: Final = (-(2**31), 2**31 - 1)
+_INT8: Final = (-128, 127)
+_BOOLEANS: Final = {"true": True, "false": False, "1": True, "0": False}
+
+
+class _BadRequestError(Exception):
+    """The request does not read as the RPC's fields (a Kafka broker closes the connection)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _answer(fields: dict[str, Any], status: int = 200, throttle_time_ms: int = 0) -> web.Response:
+    response = web.json_response(fields, status=status)
+    if throttle_time_ms > 0:
+        response.set_status(429)
+        response.headers["Retry-After"] = str(retry_after_s(throttle_time_ms))
+    return response
+
+
+def _error_fields(code: ErrorCode, throttle_time_ms: int = 0) -> dict[str, Any]:
+    return {"throttle_time_ms": throttle_time_ms, "error_code": int(code), "error_name": code.name}
+
+
+def _bad_request(error: _BadRequestError) -> web.Response:
+    fields = _error_fields(ErrorCode.INVALID_REQUEST)
+    fields["message"] = str(error)
+    return _answer(fields, error.status)
+
+
+def _optional_string(document: dict[str, Any], key: str) -> str | None:
+    value = document.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _BadRequestError(f"{key} must be a string or null")
+    return value
+
+
+def _instance_id(text: str | None, name: str) -> Uuid | None:
+    if text is None:
+        return None
+    try:
+        return Uuid.parse(text.strip())
+    except ValueError as error:
+        raise _BadRequestError(f"{name}: {error}") from None
+
+
+def _context(
+    request: web.Request, client_id: str | None, software: tuple[str | None, str | None]
+) -> RequestContext:
+    address, port = peer(request)
+    return RequestContext(
+        # Kafka reads a null client id as "".
+        client_id=client_id or "",
+        client_source_address=address or "",
+        client_source_port=port or 0,
+        client_software_name=software[0],
+        client_software_version=software[1],
+    )
+
+
+def _throttled(ingest: HttpIngest, client_id: str | None, size: int) -> int:
+    return ingest.throttle(
+        principal="User:ANONYMOUS", client_id=client_id, request_bytes=size, now_ms=ingest.clock()
+    )
+
+
+class GetSubscriptionsHandler:
+    """``POST /v1/telemetry/subscriptions``: GetTelemetrySubscriptions v0 as JSON."""
+
+    def __init__(self, ingest: HttpIngest) -> None:
+        self._ingest = ingest
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            response = await self._get(request)
+        except _BadRequestError as error:
+            response = _bad_request(error)
+        self._ingest.stats.responses[(GET_ROUTE, response.status)] += 1
+        return response
+
+    async def _get(self, request: web.Request) -> web.Response:
+        try:
+            body = await read_body(request, MAX_GET_BODY_BYTES)
+        except BodyTooLargeError as error:
+            raise _BadRequestError(str(error), 413) from None
+        document: object = {}
+        if body.strip():
+            if request.content_type != "application/json":
+                raise _BadRequestError("the request body is JSON (application/json)", 415)
+            try:
+                document = json.loads(body)
+            except (ValueError, RecursionError) as error:
+                raise _BadRequestError(f"not JSON: {error}") from None
+        if not isinstance(document, dict):
+            raise _BadRequestError("the request is a JSON object")
+        client_id = _optional_string(document, "client_id")
+        software = (
+            _optional_string(document, "client_software_name"),
+            _optional_string(document, "client_software_version"),
+        )
+        instance_id = _instance_id(
+            _optional_string(document, "client_instance_id"), "client_instance_id"
+        )
+        ingest = self._ingest
+        throttle_ms = _throttled(ingest, client_id, len(body))
+        if throttle_ms > 0:
+            return _answer(
+                _error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms),
+                throttle_time_ms=throttle_ms,
+            )
+        answer = ingest.manager.get_telemetry_subscriptions(
+            instance_id or ZERO_UUID, _context(request, client_id, software), ingest.clock()
+        )
+        return _answer(_get_fields(answer), throttle_time_ms=answer.throttle_time_ms)
+
+
+def _get_fields(answer: GetTelemetrySubscriptionsResponse) -> dict[str, Any]:
+    fields = _error_fields(answer.error_code, answer.throttle_time_ms)
+    fields.update(
+        client_instance_id=str(answer.client_instance_id),
+        subscription_id=answer.subscription_id,
+        accepted_compression_types=[int(codec) for codec in answer.accepted_compression_types],
+        push_interval_ms=answer.push_interval_ms,
+        telemetry_max_bytes=answer.telemetry_max_bytes,
+        delta_temporality=answer.delta_temporality,
+        requested_metrics=list(answer.requested_metrics),
+    )
+    return fields
+
+
+def _header_int(
+    request: web.Request, name: str, bounds: tuple[int, int], default: int | None
+) -> int:
+    text = request.headers.get(name)
+    if text is None:
+        if default is None:
+            raise _BadRequestError(f"the {name} header is required")
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise _BadRequestError(f"{name} is not an integer: {text!r}") from None
+    if not bounds[0] <= value <= bounds[1]:
+        raise _BadRequestError(f"{name} {value} is out of range {bounds[0]}..{bounds[1]}")
+    return value
+
+
+class PushHandler:
+    """``POST /v1/telemetry/push``: PushTelemetry v0, metrics as the body, fields as headers."""
+
+    def __init__(self, ingest: HttpIngest) -> None:
+        self._ingest = ingest
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            response = await self._push(request)
+        except _BadRequestError as error:
+            response = _bad_request(error)
+        self._ingest.stats.responses[(PUSH_ROUTE, response.status)] += 1
+        return response
+
+    async def _push(self, request: web.Request) -> web.Response:
+        headers = request.headers
+        if CLIENT_INSTANCE_ID not in headers:
+            raise _BadRequestError(f"the {CLIENT_INSTANCE_ID} header is required")
+        instance_id = _instance_id(headers[CLIENT_INSTANCE_ID], CLIENT_INSTANCE_ID)
+        subscription_id = _header_int(request, SUBSCRIPTION_ID, _INT32, None)
+        compression_type = _header_int(request, COMPRESSION_TYPE, _INT8, 0)
+        terminating_text = headers.get(TERMINATING, "false").strip().lower()
+        if terminating_text not in _BOOLEANS:
+            raise _BadRequestError(f"{TERMINATING} is true or false, not {terminating_text!r}")
+        client_id = headers.get(CLIENT_ID)
+        context = _context(
+            request, client_id, (headers.get(SOFTWARE_NAME), headers.get(SOFTWARE_VERSION))
+        )
+        ingest = self._ingest
+        # One byte past the limit is enough for the manager to answer
+        # TELEMETRY_TOO_LARGE in Kafka's order of checks; the rest is never read.
+        metrics = await read_prefix(request, ingest.manager.config.max_bytes + 1)
+        throttle_ms = _throttled(ingest, client_id, len(metrics))
+        if throttle_ms > 0:
+            return _answer(
+                _error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms),
+                throttle_time_ms=throttle_ms,
+            )
+        outcome = ingest.manager.validate_push(
+            client_instance_id=instance_id,
+            subscription_id=subscription_id,
+            terminating=_BOOLEANS[terminating_text],
+            compression_type=compression_type,
+            metrics=metrics,
+            context=context,
+            now_ms=ingest.clock(),
+        )
+        if isinstance(outcome, AcceptedPush):
+            outcome = await self.log_push(outcome)
+        fields = _error_fields(outcome.error_code, outcome.throttle_time_ms)
+        return _answer(fields, throttle_time_ms=outcome.throttle_time_ms)
+
+    async def log_push(self, accepted: AcceptedPush) -> PushTelemetryResponse:
+        """Append an accepted push and answer once it is durable (or refused).
+
+        The manager learns the outcome from the log's future, not from this
+        coroutine, so cancelling it (a client gone, a server stopping) never
+        leaves the instance without the outcome the log decided.
+        """
+        logged = self._log(accepted)
+        return logged if isinstance(logged, PushTelemetryResponse) else await logged
+
+    def _log(
+        self, accepted: AcceptedPush
+    ) -> PushTelemetryResponse | asyncio.Future[PushTelemetryResponse]:
+        manager = self._ingest.manager
+        if not accepted.data:
+            return manager.complete_push(accepted)  # empty metrics: nothing to log
+        try:
+            _, durable = self._ingest.log.append_nowait(_push_context(accepted), accepted.data)
+        except Exception as error:
+            return complete_failed_append(manager, accepted, error)
+        answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
+
+        def done(durable: asyncio.Future[None]) -> None:
+            error = asyncio.CancelledError() if durable.cancelled() else durable.exception()
+            if error is None:
+                outcome = manager.complete_push(accepted)
+            else:
+                outcome = complete_failed_append(manager, accepted, error)
+            if not answer.done():  # the handler may have been cancelled meanwhile
+                answer.set_result(outcome)
+
+        durable.add_done_callback(done)
+        return answer
+
+
+def complete_failed_append(
+    manager: TelemetryManager, accepted: AcceptedPush, error: BaseException
+) -> PushTelemetryResponse:
+    """Complete a push the log refused or failed, as the Kafka listener answers it.
+
+    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time; a
+    record over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89
+    with 1 s, retryable for every client (87 would switch their telemetry off).
+    """
+    if isinstance(error, LogFullError):
+        _log.warning("refusing a push: %s", error.reason)
+        return manager.complete_push(
+            accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=error.throttle_time_ms
+        )
+    if isinstance(error, RecordTooLargeError):
+        return manager.complete_push(accepted, ErrorCode.TELEMETRY_TOO_LARGE)
+    _log.error("the ingest log could not take a push: %r", error)
+    return manager.complete_push(
+        accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=1000
+    )
+
+
+def _push_context(accepted: AcceptedPush) -> PushContext:
+    """The push's own identity headers, else what the instance's first request said.
+
+    A Kafka connection carries its client id and software on every request;
+    an HTTP client may send them once, with its GetTelemetrySubscriptions.
+    """
+    context, metadata = accepted.context, accepted.metadata
+    return PushContext(
+        client_instance_id=str(accepted.client_instance_id),
+        subscription_id=accepted.subscription_id,
+        received_time_ms=accepted.received_ms,
+        push_interval_ms=accepted.push_interval_ms,
+        terminating=accepted.terminating,
+        client_id=context.client_id or metadata.client_id or None,
+        client_software_name=context.client_software_name or metadata.client_software_name,
+        client_software_version=(
+            context.client_software_version or metadata.client_software_version
+        ),
+        client_source_address=context.client_source_address or None,
+        client_source_port=context.client_source_port,
+        principal=context.principal,
+    )

@@ -1,0 +1,319 @@
+"""``POST /v1/metrics``: OTLP/HTTP metrics into the ingest log, per the OTLP 1.x specification.
+
+Protobuf (``application/x-protobuf``) or JSON (``application/json``) bodies,
+optionally compressed (:mod:`telemetry.http.content`); the response is in the
+request's content type. Statuses, as the OpenTelemetry Collector's receiver
+answers them:
+
+* 200 with an ``ExportMetricsServiceResponse`` once every resource of the
+  request is durably logged; with ``partial_success`` when some resources
+  were logged and others refused (their data points are counted as
+  rejected, and the sender must not retry them).
+* 400 for a body that does not decode (encoding, protobuf or JSON), 413 for
+  a body over ``telemetry.max_bytes`` as sent or over
+  ``telemetry.max_decompressed_bytes`` decoded, 415 for another content type
+  (plain text, as the Collector answers) or an unknown ``Content-Encoding``.
+* 429 with ``Retry-After`` when the throttle hook says so, 503 with
+  ``Retry-After`` when the ingest log cannot take the request (its disk
+  budget is full, it failed, or the server is stopping). Both are
+  retryable; ``Retry-After`` stays below 10 s.
+
+Error bodies are a ``google.rpc.Status`` in the request's content type.
+
+Each resource gets its KIP-714 identity from its attributes
+(:mod:`telemetry.http.identity`); a request whose resources have one identity
+(every SDK request) is logged as sent, as one push; resources of different
+identities (a Collector forwarding several services) are logged as one push
+per identity. The logged payload is the ``MetricsData`` encoding, which is
+also the ``ExportMetricsServiceRequest`` encoding. OTLP senders are not
+KIP-714 client instances: no subscription, push interval or instance cache
+applies to them, and every metric they send lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Final
+
+from aiohttp import hdrs, web
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+
+from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
+from telemetry.http.content import (
+    BodyTooLargeError,
+    UnsupportedEncodingError,
+    decode_content,
+    read_body,
+)
+from telemetry.http.identity import ANONYMOUS, IdentityCache, OtlpIdentity
+from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
+from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
+from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from google.protobuf.message import Message
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
+
+    from telemetry.http.ingest import HttpIngest
+
+__all__ = [
+    "JSON",
+    "JSON_INLINE_BYTES",
+    "PROTOBUF",
+    "ROUTE",
+    "OtlpMetricsHandler",
+    "count_data_points",
+    "peer",
+]
+
+_log = logging.getLogger(__name__)
+
+ROUTE: Final = "/v1/metrics"
+#: OTLP/JSON bodies up to this size are parsed on the event loop, larger ones in a thread.
+JSON_INLINE_BYTES: Final = 64 * 1024
+PROTOBUF: Final = "application/x-protobuf"
+JSON: Final = "application/json"
+
+# google.rpc.Code values, as the Collector pairs them with HTTP statuses.
+_INVALID_ARGUMENT: Final = 3
+_RESOURCE_EXHAUSTED: Final = 8
+_UNIMPLEMENTED: Final = 12
+_UNAVAILABLE: Final = 14
+
+
+class _RefusedError(Exception):
+    """Control flow to the one place that writes error responses."""
+
+    def __init__(self, status: int, code: int, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after
+
+
+def peer(request: web.Request) -> tuple[str | None, int | None]:
+    """The connection's source address and port (``None`` when not TCP)."""
+    transport = request.transport
+    peername = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return str(peername[0]), int(peername[1])
+    return None, None
+
+
+def count_data_points(resources: Sequence[ResourceMetrics]) -> int:
+    total = 0
+    for resource in resources:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                kind = metric.WhichOneof("data")
+                if kind is not None:
+                    total += len(getattr(metric, kind).data_points)
+    return total
+
+
+class OtlpMetricsHandler:
+    """The aiohttp handler of ``POST /v1/metrics``."""
+
+    def __init__(self, ingest: HttpIngest) -> None:
+        self._ingest = ingest
+        self._identities = IdentityCache()
+        self._json_parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-json")
+
+    def close(self) -> None:
+        """Stop the JSON parser thread (a parse under way finishes on its own)."""
+        self._json_parser.shutdown(wait=False, cancel_futures=True)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        content_type = request.content_type
+        if content_type not in {PROTOBUF, JSON}:
+            response = web.Response(
+                status=415,
+                text=f"415 unsupported media type, supported: [{JSON}, {PROTOBUF}]",
+            )
+        else:
+            try:
+                response = await self._export(request, content_type == JSON)
+            except _RefusedError as refusal:
+                response = _status_response(refusal, content_type == JSON)
+        self._ingest.stats.responses[(ROUTE, response.status)] += 1
+        return response
+
+    async def _export(self, request: web.Request, is_json: bool) -> web.Response:
+        ingest = self._ingest
+        config = ingest.manager.config
+        data = await _decoded_body(request, config.max_bytes, config.max_decompressed_bytes)
+        if is_json and len(data) > JSON_INLINE_BYTES:
+            # OTLP/JSON parses at about 1 µs a byte (json_format is pure Python):
+            # a big body goes to one thread, one body at a time, so the loop
+            # keeps serving and parsed trees never pile up in memory.
+            loop = asyncio.get_running_loop()
+            export = await loop.run_in_executor(self._json_parser, _parse, data, is_json)
+        else:
+            export = _parse(data, is_json)
+        address, port = peer(request)
+        groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
+        for resource in export.resource_metrics:
+            identity = self._identities.identity(resource.resource, address or "")
+            groups.setdefault(identity, []).append(resource)
+        if not groups:
+            return _message_response(ExportMetricsServiceResponse(), is_json)
+        now_ms = ingest.clock()
+        self._check_throttle(groups, len(data), now_ms)
+        if len(groups) == 1:
+            # Every SDK request: log the bytes as sent (the JSON form re-encoded).
+            payloads = [export.SerializeToString() if is_json else data]
+        else:
+            payloads = [
+                MetricsData(resource_metrics=resources).SerializeToString()
+                for resources in groups.values()
+            ]
+        failed = await self._append(
+            [
+                (_push_context(identity, address, port, now_ms), payload)
+                for identity, payload in zip(groups, payloads, strict=True)
+            ]
+        )
+        if not failed:
+            return _message_response(ExportMetricsServiceResponse(), is_json)
+        if len(failed) == len(groups):
+            raise _log_refusal(next(iter(failed.values())))
+        resources_of = list(groups.values())
+        response = ExportMetricsServiceResponse()
+        response.partial_success.rejected_data_points = sum(
+            count_data_points(resources_of[index]) for index in failed
+        )
+        response.partial_success.error_message = (
+            f"{len(failed)} of {len(groups)} resources were not logged: "
+            f"{_log_refusal(next(iter(failed.values()))).message}"
+        )
+        return _message_response(response, is_json)
+
+    def _check_throttle(self, groups: Iterable[OtlpIdentity], size: int, now_ms: int) -> None:
+        """The one place a quota decision refuses an OTLP request."""
+        throttle = self._ingest.throttle
+        throttle_ms = max(
+            throttle(principal=ANONYMOUS, client_id=i.client_id, request_bytes=size, now_ms=now_ms)
+            for i in groups
+        )
+        if throttle_ms > 0:
+            raise _RefusedError(
+                429,
+                _RESOURCE_EXHAUSTED,
+                f"throttled for {throttle_ms} ms",
+                retry_after_s(throttle_ms, OTLP_MAX_RETRY_AFTER_S),
+            )
+
+    async def _append(
+        self, records: Sequence[tuple[PushContext, bytes]]
+    ) -> dict[int, BaseException]:
+        """Append every record and wait until each is durable; the failures by index."""
+        failed: dict[int, BaseException] = {}
+        pending: dict[int, asyncio.Future[None]] = {}
+        for index, (context, payload) in enumerate(records):
+            try:
+                _, pending[index] = self._ingest.log.append_nowait(context, payload)
+            except Exception as error:
+                failed[index] = error
+        if pending:
+            # asyncio.wait, not gather: a cancelled handler must not cancel the
+            # log's futures (the records are written anyway).
+            await asyncio.wait(pending.values())
+        for index, durable in pending.items():
+            outcome = asyncio.CancelledError() if durable.cancelled() else durable.exception()
+            if outcome is not None:
+                failed[index] = outcome
+        return dict(sorted(failed.items()))
+
+
+def _parse(data: bytes, is_json: bool) -> ExportMetricsServiceRequest:
+    export = ExportMetricsServiceRequest()
+    if is_json:
+        try:
+            parse_json(data, export)
+        except OtlpJsonError as error:
+            raise _RefusedError(400, _INVALID_ARGUMENT, f"invalid OTLP/JSON: {error}") from None
+    else:
+        try:
+            export.ParseFromString(data)
+        except Exception as error:  # upb raises DecodeError, deep nesting included
+            raise _RefusedError(400, _INVALID_ARGUMENT, f"invalid OTLP protobuf: {error}") from None
+    return export
+
+
+async def _decoded_body(request: web.Request, max_bytes: int, max_decompressed: int) -> bytes:
+    try:
+        body = await read_body(request, max_bytes)
+    except BodyTooLargeError as error:
+        raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
+    try:
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
+        return decode_content(encoding, body, max_decompressed)
+    except UnsupportedEncodingError as error:
+        raise _RefusedError(415, _UNIMPLEMENTED, str(error)) from None
+    except TelemetryTooLargeError as error:
+        raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
+    except InvalidRecordError as error:
+        raise _RefusedError(400, _INVALID_ARGUMENT, str(error)) from None
+
+
+def _log_refusal(error: BaseException) -> _RefusedError:
+    """How a refused or failed append is answered."""
+    if isinstance(error, LogFullError):
+        return _RefusedError(
+            503,
+            _UNAVAILABLE,
+            error.reason,
+            retry_after_s(error.throttle_time_ms, OTLP_MAX_RETRY_AFTER_S),
+        )
+    if isinstance(error, RecordTooLargeError):
+        return _RefusedError(413, _RESOURCE_EXHAUSTED, str(error))
+    _log.warning("the ingest log could not take an OTLP request: %r", error)
+    return _RefusedError(503, _UNAVAILABLE, f"the ingest log cannot take requests: {error!r}", 1)
+
+
+def _push_context(
+    identity: OtlpIdentity, address: str | None, port: int | None, now_ms: int
+) -> PushContext:
+    # No subscription and no push interval: 0 for both, as the landing's pushes table shows.
+    return PushContext(
+        client_instance_id=str(identity.client_instance_id),
+        subscription_id=0,
+        received_time_ms=now_ms,
+        push_interval_ms=0,
+        client_id=identity.client_id,
+        client_software_name=identity.client_software_name,
+        client_software_version=identity.client_software_version,
+        client_source_address=address,
+        client_source_port=port,
+        principal=ANONYMOUS,
+    )
+
+
+def _encode(message: Message, is_json: bool) -> tuple[bytes, str]:
+    if is_json:
+        return message_to_json(message), JSON
+    return message.SerializeToString(), PROTOBUF
+
+
+def _message_response(message: Message, is_json: bool, status: int = 200) -> web.Response:
+    body, content_type = _encode(message, is_json)
+    return web.Response(status=status, body=body, content_type=content_type)
+
+
+def _status_response(refusal: _RefusedError, is_json: bool) -> web.Response:
+    response = _message_response(
+        Status(code=refusal.code, message=refusal.message), is_json, refusal.status
+    )
+    if refusal.retry_after_s is not None:
+        response.headers[hdrs.RETRY_AFTER] = str(refusal.retry_after_s)
+    return response
