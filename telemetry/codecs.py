@@ -159,6 +159,13 @@ def _unsnappy_xerial(data: bytes, max_bytes: int) -> bytes:
 
 
 def _unlz4(data: bytes, max_bytes: int) -> bytes:
+    try:
+        # 0 when the frame declares no size; a declaration beyond the bound
+        # is refused before anything is decompressed, as for zstd.
+        declared = int(lz4.frame.get_frame_info(data)["content_size"])
+    except RuntimeError as error:
+        raise InvalidRecordError(f"corrupt lz4 frame header: {error}") from error
+    _check_size(declared, max_bytes)
     decompressor = lz4.frame.LZ4FrameDecompressor()
     try:
         out = bytearray(decompressor.decompress(data, max_length=max_bytes + 1))
@@ -204,13 +211,17 @@ def _zstd_decompressor(window: int) -> zstandard.ZstdDecompressor:
 def _unzstd(data: bytes, max_bytes: int) -> bytes:
     window = min(_MAX_ZSTD_WINDOW, max(_MIN_ZSTD_WINDOW, max_bytes))
     # The stream reader stops quietly at the end of its input, even inside a
-    # frame, so check the frames are whole before trusting its output.
-    frames = _check_zstd_frames(data, window)
+    # frame, so check the frames are whole before trusting its output; a
+    # frame declaring more content than the bound is refused right there.
+    frames = _check_zstd_frames(data, window, max_bytes)
     decompressor = _zstd_decompressor(window)
     if frames == 1:
         # The common case (one librdkafka frame, ~10× compression): one-shot
         # into a buffer of a likely size, 4× cheaper than streaming. Anything
         # unusual (bigger output, corruption) takes the careful path below.
+        # python-zstandard sizes the buffer by the frame's declared content
+        # size when there is one, ignoring max_output_size: safe only because
+        # _check_zstd_frames refused declarations beyond max_bytes.
         likely = min(max_bytes, max(_ONE_SHOT_MIN_BYTES, _ONE_SHOT_RATIO * len(data)))
         try:
             return decompressor.decompress(data, max_output_size=likely)
@@ -235,17 +246,21 @@ def _unzstd(data: bytes, max_bytes: int) -> bytes:
 _ZSTD_MAGIC: Final = 0xFD2FB528
 _ZSTD_SKIPPABLE_MASK: Final = 0xFFFFFFF0
 _ZSTD_SKIPPABLE_MAGIC: Final = 0x184D2A50
+# ZSTD_CONTENTSIZE_UNKNOWN and ZSTD_CONTENTSIZE_ERROR, as python-zstandard reports them.
+_ZSTD_NO_CONTENT_SIZE: Final = frozenset({2**64 - 1, 2**64 - 2})
 
 
-def _check_zstd_frames(data: bytes, max_window: int) -> int:
+def _check_zstd_frames(data: bytes, max_window: int, max_bytes: int) -> int:
     """Walk the frame and block headers (``ZSTD_findFrameCompressedSize``).
 
-    A window beyond ``max_window`` is TELEMETRY_TOO_LARGE rather than
-    corrupt: the frame is valid, only too big for us, and 87 would make Java
-    clients stop sending telemetry. Returns how many frames (skippable ones
-    included) the data holds.
+    A window beyond ``max_window``, or declared content sizes adding up to
+    more than ``max_bytes``, are TELEMETRY_TOO_LARGE rather than corrupt: the
+    frame is valid, only too big for us, and 87 would make Java clients stop
+    sending telemetry. Nothing is allocated before this check. Returns how
+    many frames (skippable ones included) the data holds.
     """
     frames = 0
+    declared = 0
     position = 0
     while position < len(data):
         frames += 1
@@ -261,11 +276,20 @@ def _check_zstd_frames(data: bytes, max_window: int) -> int:
             raise InvalidRecordError("corrupt zstd payload: bad frame magic")
         try:
             header_size = zstandard.frame_header_size(data[position:])
-            window = zstandard.get_frame_parameters(data[position:]).window_size
+            parameters = zstandard.get_frame_parameters(data[position:])
         except zstandard.ZstdError as error:
             raise InvalidRecordError(f"truncated zstd frame header: {error}") from error
-        if window > max_window:
-            raise TelemetryTooLargeError(f"zstd frame needs a {window}-byte window")
+        if parameters.window_size > max_window:
+            raise TelemetryTooLargeError(
+                f"zstd frame needs a {parameters.window_size}-byte window"
+            )
+        if parameters.content_size not in _ZSTD_NO_CONTENT_SIZE:
+            declared += parameters.content_size
+            if declared > max_bytes:
+                raise TelemetryTooLargeError(
+                    f"zstd frames declare {declared} bytes of content, over the limit of"
+                    f" {max_bytes} bytes"
+                )
         has_checksum = data[position + 4] & 0x04
         position += header_size
         last_block = False
