@@ -14,8 +14,11 @@ apache/kafka#19959).
 
 PushTelemetry, first failing check wins: reserved id → INVALID_REQUEST (42),
 touching no instance; instance create/re-create; already terminating → 42;
-timing gate (the slot is consumed even if a later check fails) → 89 unless
-the push is terminating; subscription id → 117; compression id → 76; size as
+timing gate (the slot is consumed even if a later check fails) → 89; a
+terminating push passes its own gate instead (the first push after a GET, or
+one per interval: a bound Kafka gets from locking the instance even when the
+terminating push fails, which kip714 does not do, KAFKA-20898); subscription
+id → 117; compression id → 76; size as
 sent > ``max_bytes`` → 118; bounded decompression → 118 past
 ``max_decompressed_bytes`` (KAFKA-21076), 87 if corrupt.
 
@@ -124,6 +127,7 @@ class TelemetryStats:
     push_responses: Counter[ErrorCode] = field(default_factory=Counter)
     throttled: int = 0  # GET and PUSH refused by the interval gate (Kafka's throttle-count)
     unknown_subscription: int = 0
+    decompressions: int = 0  # payloads decompressed (accepted or not): the costly step
     instances_created: int = 0
     instances_evicted: int = 0
     instances_expired: int = 0
@@ -239,7 +243,12 @@ class TelemetryManager:
         instance's last known error, as Kafka does. Unlike Kafka, a refused
         push never changes ``terminating`` (KAFKA-20898, apache/kafka#23094):
         Kafka sets it in a ``finally``, so one failed terminating push locked
-        the instance out for good.
+        the instance out for good. Since a failed terminating push no longer
+        locks, the terminating push's bypass of the interval gate is bounded
+        instead: it passes as the first push after a GET (the retry after
+        117/76) or once per push interval, else it is 89 like any early push.
+        A flood of failing terminating pushes thus costs one decompression
+        per interval, not one per request.
         """
         self.expire(now_ms)
         if client_instance_id is None or client_instance_id.is_reserved:
@@ -308,8 +317,14 @@ class TelemetryManager:
                 f"client {instance.client_instance_id} already sent a terminating push"
             )
         # Evaluated first on purpose: an accepted slot is consumed even if a
-        # later check refuses the push, as in Kafka.
-        if not instance.maybe_update_push_request_timestamp(now_ms) and not terminating:
+        # later check refuses the push, as in Kafka. A terminating push has its
+        # own gate (see ClientInstance.maybe_update_terminating_push_timestamp):
+        # Kafka lets every one through, which only a lock on failure bounded.
+        if terminating:
+            accepted = instance.maybe_update_terminating_push_timestamp(now_ms)
+        else:
+            accepted = instance.maybe_update_push_request_timestamp(now_ms)
+        if not accepted:
             self.stats.throttled += 1
             raise ThrottlingQuotaExceededError(
                 f"push from {instance.client_instance_id} arrived before the next push interval"
@@ -331,6 +346,7 @@ class TelemetryManager:
             )
         if not payload:
             return codec, b""
+        self.stats.decompressions += 1
         return codec, decompress(codec, payload, self._config.max_decompressed_bytes)
 
     def _push_refused(
