@@ -15,6 +15,7 @@ import zstandard
 
 from telemetry.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
 from telemetry.errors import ErrorCode, InvalidRecordError, TelemetryTooLargeError
+from tests.telemetry.kafka_wire_client import zstd_declaring
 
 PAYLOAD = os.urandom(700) + b"org.apache.kafka.producer.record.queue.time.avg " * 200
 BOMB_SIZE = 48 * 1024 * 1024  # what each bomb would expand to
@@ -260,25 +261,6 @@ def test_zstd_window_beyond_the_limit_is_too_large_not_corrupt() -> None:
 
 GIB = 1024 * 1024 * 1024
 RLE_BLOCK = 128 * 1024  # zstd's largest block
-
-
-def zstd_declaring(content_size: int, produced: int) -> bytes:
-    """A zstd frame whose header declares ``content_size`` and whose RLE blocks produce ``produced``.
-
-    Written by hand so a frame claiming a GiB costs nothing to build: a header
-    with an 8-byte content size and a 2 MiB window (not single-segment), then
-    4-byte RLE blocks of up to 128 KiB of zeros each.
-    """
-    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0xC0, 11 << 3])
-    out = bytearray(header + content_size.to_bytes(8, "little"))
-    left = produced
-    while True:
-        size = min(left, RLE_BLOCK)
-        left -= size
-        last = 1 if left == 0 else 0
-        out += ((size << 3) | (1 << 1) | last).to_bytes(3, "little") + b"\x00"
-        if last:
-            return bytes(out)
 
 
 def test_hand_made_zstd_frame_is_what_zstd_reads() -> None:
