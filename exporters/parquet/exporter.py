@@ -39,7 +39,7 @@ from exporters.options import bool_option, check_keys, int_option, number_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
-from exporters.parquet.worker import BatchReport, WorkerConfig
+from exporters.parquet.worker import MAX_OPEN_FILES, BatchReport, WorkerConfig
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -62,9 +62,6 @@ DEFAULTS: Final[Mapping[str, Any]] = {
 _OPTIONS: Final = frozenset({"path", *DEFAULTS})
 #: Batches queued per worker beyond the one it is flattening; bounds memory.
 IN_FLIGHT_PER_WORKER: Final = 2
-#: Open files per worker (one per table and hour) that seal a generation early:
-#: skewed client clocks must not exhaust file descriptors or row-group buffers.
-MAX_OPEN_FILES: Final = 128
 
 
 @dataclass(slots=True)
@@ -88,6 +85,8 @@ class ParquetStats(FlattenStats):
     failures: int = 0
     durable_offset: int = 0
     pending_rows: int = 0
+    skewed_times: int = 0
+    spilled_files: int = 0
 
 
 @final
@@ -290,6 +289,8 @@ class ParquetExporter:
         self.stats.merge(report.stats)
         self._gen_rows += report.rows
         self._gen_open_files = max(self._gen_open_files, report.open_files)
+        self.stats.skewed_times += report.skewed_times
+        self.stats.spilled_files += report.spilled_files
         self.stats.pending_rows = self._gen_rows
         if report.unlandable:
             self.stats.unlandable_pushes += len(report.unlandable)
