@@ -274,22 +274,13 @@ def _check_zstd_frames(data: bytes, max_window: int, max_bytes: int) -> int:
             continue
         if magic != _ZSTD_MAGIC:
             raise InvalidRecordError("corrupt zstd payload: bad frame magic")
-        try:
-            header_size = zstandard.frame_header_size(data[position:])
-            parameters = zstandard.get_frame_parameters(data[position:])
-        except zstandard.ZstdError as error:
-            raise InvalidRecordError(f"truncated zstd frame header: {error}") from error
-        if parameters.window_size > max_window:
+        header_size, content_size = _zstd_frame_header(data[position:], max_window)
+        declared += content_size
+        if declared > max_bytes:
             raise TelemetryTooLargeError(
-                f"zstd frame needs a {parameters.window_size}-byte window"
+                f"zstd frames declare {declared} bytes of content, over the limit of"
+                f" {max_bytes} bytes"
             )
-        if parameters.content_size not in _ZSTD_NO_CONTENT_SIZE:
-            declared += parameters.content_size
-            if declared > max_bytes:
-                raise TelemetryTooLargeError(
-                    f"zstd frames declare {declared} bytes of content, over the limit of"
-                    f" {max_bytes} bytes"
-                )
         has_checksum = data[position + 4] & 0x04
         position += header_size
         last_block = False
@@ -308,3 +299,17 @@ def _check_zstd_frames(data: bytes, max_window: int, max_bytes: int) -> int:
     if position > len(data):
         raise InvalidRecordError("truncated zstd frame")
     return frames
+
+
+def _zstd_frame_header(frame: bytes, max_window: int) -> tuple[int, int]:
+    """The frame header's size and declared content size (0 when it declares none)."""
+    try:
+        header_size = zstandard.frame_header_size(frame)
+        parameters = zstandard.get_frame_parameters(frame)
+    except zstandard.ZstdError as error:
+        raise InvalidRecordError(f"truncated zstd frame header: {error}") from error
+    if parameters.window_size > max_window:
+        raise TelemetryTooLargeError(f"zstd frame needs a {parameters.window_size}-byte window")
+    if parameters.content_size in _ZSTD_NO_CONTENT_SIZE:
+        return header_size, 0
+    return header_size, parameters.content_size

@@ -234,8 +234,8 @@ class WorkerLanding:
         offsets = pc.min_max(rows.column("push_offset"))
         low, high = offsets["min"].as_py(), offsets["max"].as_py()
         open_file.first_offset = low if open_file.first_offset is None else open_file.first_offset
-        open_file.last_offset = high if open_file.last_offset is None else max(
-            open_file.last_offset, high
+        open_file.last_offset = (
+            high if open_file.last_offset is None else max(open_file.last_offset, high)
         )
         open_file.pending.append(rows)
         open_file.pending_rows += rows.num_rows

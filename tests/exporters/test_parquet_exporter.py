@@ -15,6 +15,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberData
 from exporters import registry
 from exporters.api import BufferingExporter, TransientExportError
 from exporters.parquet import ParquetExporter
+from exporters.parquet.worker import WorkerConfig, WorkerLanding
 from tests.exporters.parquet_support import (
     every_file_reads,
     land,
@@ -276,8 +277,6 @@ def test_a_push_spanning_3000_hours_lands_in_bounded_partitions(tmp_path: Path) 
 
 def test_more_hours_than_open_files_spill_and_still_land_once(tmp_path: Path) -> None:
     """Past the per-worker cap the least recent writer is closed; its hour gets a new part."""
-    from exporters.parquet.worker import WorkerConfig, WorkerLanding
-
     landing = WorkerLanding(WorkerConfig(str(tmp_path), 0, "t", False, None, 1000, 4))
     (tmp_path / "_landing" / "staging").mkdir(parents=True)
 

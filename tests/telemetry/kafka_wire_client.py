@@ -377,7 +377,7 @@ def zstd_stream(data: bytes) -> bytes:
 
 
 def zstd_declaring(content_size: int, produced: int) -> bytes:
-    """A zstd frame whose header declares ``content_size`` and whose RLE blocks produce ``produced``.
+    """A zstd frame declaring ``content_size`` whose RLE blocks produce ``produced`` bytes.
 
     Written by hand so a frame claiming a GiB costs nothing to build: a header
     with an 8-byte content size and a 2 MiB window (not single-segment), then

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import telemetry.codecs
 import telemetry.manager
 from telemetry.codecs import CompressionType
 from telemetry.errors import ErrorCode
@@ -105,7 +106,7 @@ async def test_a_flood_of_failing_terminating_pushes_costs_one_decompression(
 def decompression_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(thread name, bound) of every decompression the manager runs (the real codec runs)."""
     calls: list[tuple[str, int]] = []
-    real: Callable[[CompressionType, bytes, int], bytes] = telemetry.manager.decompress
+    real: Callable[[CompressionType, bytes, int], bytes] = telemetry.codecs.decompress
 
     def recording(codec: CompressionType, data: bytes, max_bytes: int) -> bytes:
         calls.append((threading.current_thread().name, max_bytes))
@@ -150,14 +151,16 @@ async def test_large_decompression_leaves_the_loop_and_answers_stay_in_order(
         sent += frame
         expected.append(correlation)
     await heavy.write(sent)
-    answered = [
-        await heavy.receive(ApiKey.PUSH_TELEMETRY, 0, WirePushResponse),
-        await heavy.receive(ApiKey.API_VERSIONS, 3, ApiVersionsResponse),
-        await heavy.receive(ApiKey.PUSH_TELEMETRY, 0, WirePushResponse),
-    ]
+    pushed_large = await heavy.receive(ApiKey.PUSH_TELEMETRY, 0, WirePushResponse)
+    versions = await heavy.receive(ApiKey.API_VERSIONS, 3, ApiVersionsResponse)
+    pushed_small = await heavy.receive(ApiKey.PUSH_TELEMETRY, 0, WirePushResponse)
     await heavy.close()
-    assert [correlation for correlation, _ in answered] == expected
-    assert [response.error_code for _, response in answered] == [0, 0, 0]
+    assert [pushed_large[0], versions[0], pushed_small[0]] == expected
+    assert [pushed_large[1].error_code, versions[1].error_code, pushed_small[1].error_code] == [
+        0,
+        0,
+        0,
+    ]
     logged = await server.pushes()
     assert [p.payload for p in logged] == [large, small]
     loop_thread = threading.current_thread().name

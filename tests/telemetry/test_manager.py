@@ -6,6 +6,7 @@ instance timestamps start at 0 and the first request's gate depends on it.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 from dataclasses import replace
 
@@ -20,6 +21,7 @@ from telemetry.codecs import CompressionType
 from telemetry.errors import ConfigError, ErrorCode
 from telemetry.manager import (
     AcceptedPush,
+    DeferredPush,
     GetTelemetrySubscriptionsResponse,
     PushTelemetryResponse,
     TelemetryManager,
@@ -66,7 +68,7 @@ def validate(
     metrics: bytes | None = b"test-data",
     ctx: RequestContext = CTX,
 ) -> AcceptedPush | PushTelemetryResponse:
-    return manager.validate_push(
+    result = manager.validate_push(
         client_instance_id=uuid,
         subscription_id=subscription_id,
         terminating=terminating,
@@ -75,6 +77,8 @@ def validate(
         context=ctx,
         now_ms=now_ms,
     )
+    assert not isinstance(result, DeferredPush)  # only with inline_max_bytes
+    return result
 
 
 def push(
@@ -730,8 +734,6 @@ def test_config_errors_name_key_and_value(
 
 
 def gzip_bomb(size: int) -> bytes:
-    import gzip
-
     return gzip.compress(bytes(size), compresslevel=9)
 
 
