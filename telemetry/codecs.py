@@ -188,6 +188,8 @@ def _unlz4(data: bytes, max_bytes: int) -> bytes:
 _ZSTD_LOCAL = threading.local()
 _ONE_SHOT_MIN_BYTES: Final = 16 * 1024
 _ONE_SHOT_RATIO: Final = 16
+# python-zstandard's message when one-shot output would pass max_output_size.
+_OUTPUT_FULL: Final = "did not decompress full frame"
 
 
 def _zstd_decompressor(window: int) -> zstandard.ZstdDecompressor:
@@ -225,8 +227,14 @@ def _unzstd(data: bytes, max_bytes: int) -> bytes:
         likely = min(max_bytes, max(_ONE_SHOT_MIN_BYTES, _ONE_SHOT_RATIO * len(data)))
         try:
             return decompressor.decompress(data, max_output_size=likely)
-        except zstandard.ZstdError:
-            pass
+        except zstandard.ZstdError as error:
+            if likely == max_bytes and _OUTPUT_FULL in str(error):
+                # The frames are whole (checked above) and the decoder needed
+                # more room than the bound: too large by what it produces, and
+                # not worth producing a second time by streaming.
+                raise TelemetryTooLargeError(
+                    f"decompressed telemetry exceeds the limit of {max_bytes} bytes"
+                ) from error
     # Frames from streaming encoders carry no content size, so one-shot
     # decompression cannot size its buffer: read a stream up to the bound.
     out = bytearray()

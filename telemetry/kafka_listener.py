@@ -23,8 +23,11 @@ hop, no task, on the hot path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import os
+import threading
 import time
 import uuid
 from collections import Counter
@@ -77,7 +80,13 @@ INLINE_DECOMPRESSED_BYTES: Final = 256 * 1024
 #: Threads for large decompressions. Each holds at most one output of
 #: ``max_decompressed_bytes``; waiting pushes hold only their compressed bytes
 #: (one per connection, since a connection answers one request at a time).
-DECOMPRESSION_THREADS: Final = 2
+#: One thread: large pushes are the exception, and a second would let them
+#: take every core of a small machine from the event loop.
+DECOMPRESSION_THREADS: Final = 1
+#: Scheduling niceness of the decompression threads (Linux schedules threads
+#: individually): under contention the event loop, answering everybody's
+#: small pushes, gets the CPU first.
+DECOMPRESSION_NICENESS: Final = 10
 
 
 def wall_clock_ms() -> int:
@@ -137,7 +146,9 @@ class KafkaListener:
         self._ids = itertools.count(1)
         self._bound: tuple[str, int] | None = None
         self._decompressor = ThreadPoolExecutor(
-            DECOMPRESSION_THREADS, thread_name_prefix="kip714-decompress"
+            DECOMPRESSION_THREADS,
+            thread_name_prefix="kip714-decompress",
+            initializer=_lower_thread_priority,
         )
 
     @property
@@ -387,6 +398,12 @@ class _DeferredPush:
                 logged.add_done_callback(callback)
 
         self._decompressed.add_done_callback(done)
+
+
+def _lower_thread_priority() -> None:
+    """Runs first in each decompression thread: nice only this thread (Linux), if allowed."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DECOMPRESSION_NICENESS)
 
 
 def _decompress_outcome(deferred: DeferredPush) -> bytes | TelemetryError:
