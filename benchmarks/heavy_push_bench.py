@@ -1,4 +1,4 @@
-"""Do large decompressions stall other clients? Ordinary clients' latency with and without a heavy one.
+"""Do large decompressions stall other clients? Ordinary latency with and without a heavy one.
 
 One run, two phases against the same ``kip714 serve`` (a subprocess, durable
 ingest log, no exporter):
@@ -66,7 +66,7 @@ _SIZE: Final = struct.Struct(">i")
 
 
 def heavy_payload(expands_to: int, seed: int = 714) -> bytes:
-    """zstd without content size, a little under 1 MiB, expanding to ``expands_to`` bytes.
+    """zstd without content size, just under 1 MiB, expanding to ``expands_to`` bytes.
 
     A random block just under 1 MiB (incompressible) repeated: zstd's window
     (8 MiB here, within what the server allows) reaches back over it, so each repeat costs a few bytes.

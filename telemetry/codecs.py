@@ -18,7 +18,9 @@ from __future__ import annotations
 import enum
 import io
 import threading
+import time
 import zlib
+from collections.abc import Callable
 from typing import Final
 
 import cramjam
@@ -60,8 +62,16 @@ _MIN_ZSTD_WINDOW: Final = 8 * 1024 * 1024
 _MAX_ZSTD_WINDOW: Final = 128 * 1024 * 1024
 
 
-def decompress(compression_type: CompressionType, data: bytes, max_bytes: int) -> bytes:
+def decompress(
+    compression_type: CompressionType, data: bytes, max_bytes: int, *, share_gil: bool = False
+) -> bytes:
     """Decompress ``data``, refusing output longer than ``max_bytes``.
+
+    Every codec produces its output in slices of at most 64 KiB. With
+    ``share_gil`` (for a worker thread beside an event loop) the GIL is
+    released between slices, so the loop waits at most one slice for it
+    rather than a whole switch interval, and zstd skips its one-shot path
+    (one C call holding the GIL for the whole output).
 
     Raises:
         TelemetryTooLargeError: the output would exceed ``max_bytes``.
@@ -74,15 +84,24 @@ def decompress(compression_type: CompressionType, data: bytes, max_bytes: int) -
         return data
     if not data:
         raise InvalidRecordError(f"empty {compression_type.name} payload")
+    pause = _share_gil if share_gil else _keep_gil
     if compression_type is CompressionType.GZIP:
-        return _gunzip(data, max_bytes)
+        return _gunzip(data, max_bytes, pause)
     if compression_type is CompressionType.SNAPPY:
         if data.startswith(_XERIAL_MAGIC):
-            return _unsnappy_xerial(data, max_bytes)
+            return _unsnappy_xerial(data, max_bytes, pause)
         return _snappy_block(data, max_bytes)
     if compression_type is CompressionType.LZ4:
-        return _unlz4(data, max_bytes)
-    return _unzstd(data, max_bytes)
+        return _unlz4(data, max_bytes, pause)
+    return _unzstd(data, max_bytes, pause, one_shot=not share_gil)
+
+
+def _share_gil() -> None:
+    time.sleep(0)  # releases the GIL: a thread waiting for it (the event loop) takes it now
+
+
+def _keep_gil() -> None:
+    pass
 
 
 def _check_size(size: int, max_bytes: int) -> None:
@@ -92,7 +111,7 @@ def _check_size(size: int, max_bytes: int) -> None:
         )
 
 
-def _gunzip(data: bytes, max_bytes: int) -> bytes:
+def _gunzip(data: bytes, max_bytes: int, pause: Callable[[], None]) -> bytes:
     # Java's GZIPInputStream reads concatenated members; so do we.
     out = bytearray()
     remaining = data
@@ -101,16 +120,21 @@ def _gunzip(data: bytes, max_bytes: int) -> bytes:
         pending = remaining
         try:
             while not inflater.eof:
-                out += inflater.decompress(pending, max_bytes + 1 - len(out))
+                piece = inflater.decompress(pending, min(_CHUNK, max_bytes + 1 - len(out)))
+                out += piece
                 _check_size(len(out), max_bytes)
+                stalled = not piece and len(inflater.unconsumed_tail) == len(pending)
                 pending = inflater.unconsumed_tail
-                if not pending and not inflater.eof:
+                if not pending and not inflater.eof and not piece:
                     # Output may still be buffered inside zlib; an empty call drains it.
-                    drained = inflater.decompress(b"", max_bytes + 1 - len(out))
+                    drained = inflater.decompress(b"", min(_CHUNK, max_bytes + 1 - len(out)))
                     out += drained
                     _check_size(len(out), max_bytes)
                     if not drained and not inflater.eof:
                         raise InvalidRecordError("truncated gzip payload")
+                elif stalled and not inflater.eof:
+                    raise InvalidRecordError("corrupt gzip payload: no progress")
+                pause()
         except zlib.error as error:
             raise InvalidRecordError(f"corrupt gzip payload: {error}") from error
         remaining = inflater.unused_data
@@ -140,7 +164,7 @@ def _snappy_block(block: bytes, budget: int) -> bytes:
     return out
 
 
-def _unsnappy_xerial(data: bytes, max_bytes: int) -> bytes:
+def _unsnappy_xerial(data: bytes, max_bytes: int, pause: Callable[[], None]) -> bytes:
     """Xerial snappy-java framing: a 16-byte header, then (int32 length, raw block)*."""
     if len(data) < _XERIAL_HEADER_SIZE:
         raise InvalidRecordError("truncated xerial snappy header")
@@ -155,10 +179,11 @@ def _unsnappy_xerial(data: bytes, max_bytes: int) -> bytes:
             raise InvalidRecordError(f"bad xerial snappy block length {length}")
         out += _snappy_block(data[position : position + length], max_bytes - len(out))
         position += length
+        pause()
     return bytes(out)
 
 
-def _unlz4(data: bytes, max_bytes: int) -> bytes:
+def _unlz4(data: bytes, max_bytes: int, pause: Callable[[], None]) -> bytes:
     try:
         # 0 when the frame declares no size; a declaration beyond the bound
         # is refused before anything is decompressed, as for zstd.
@@ -168,10 +193,11 @@ def _unlz4(data: bytes, max_bytes: int) -> bytes:
     _check_size(declared, max_bytes)
     decompressor = lz4.frame.LZ4FrameDecompressor()
     try:
-        out = bytearray(decompressor.decompress(data, max_length=max_bytes + 1))
+        out = bytearray(decompressor.decompress(data, max_length=min(_CHUNK, max_bytes + 1)))
         _check_size(len(out), max_bytes)
         while not decompressor.eof and not decompressor.needs_input:
-            more = decompressor.decompress(b"", max_length=max_bytes + 1 - len(out))
+            pause()
+            more = decompressor.decompress(b"", max_length=min(_CHUNK, max_bytes + 1 - len(out)))
             if not more:
                 break
             out += more
@@ -210,14 +236,14 @@ def _zstd_decompressor(window: int) -> zstandard.ZstdDecompressor:
     return decompressor
 
 
-def _unzstd(data: bytes, max_bytes: int) -> bytes:
+def _unzstd(data: bytes, max_bytes: int, pause: Callable[[], None], *, one_shot: bool) -> bytes:
     window = min(_MAX_ZSTD_WINDOW, max(_MIN_ZSTD_WINDOW, max_bytes))
     # The stream reader stops quietly at the end of its input, even inside a
     # frame, so check the frames are whole before trusting its output; a
     # frame declaring more content than the bound is refused right there.
     frames = _check_zstd_frames(data, window, max_bytes)
     decompressor = _zstd_decompressor(window)
-    if frames == 1:
+    if frames == 1 and one_shot:
         # The common case (one librdkafka frame, ~10× compression): one-shot
         # into a buffer of a likely size, 4× cheaper than streaming. Anything
         # unusual (bigger output, corruption) takes the careful path below.
@@ -246,6 +272,7 @@ def _unzstd(data: bytes, max_bytes: int) -> bytes:
                     break
                 out += chunk
                 _check_size(len(out), max_bytes)
+                pause()
     except zstandard.ZstdError as error:
         raise InvalidRecordError(f"corrupt zstd payload: {error}") from error
     return bytes(out)

@@ -156,7 +156,9 @@ class DeferredPush:
             TelemetryTooLargeError: the output would exceed the bound.
             InvalidRecordError: the payload is corrupt.
         """
-        return decompress(self.compression_type, self.payload, self.max_decompressed_bytes)
+        return decompress(
+            self.compression_type, self.payload, self.max_decompressed_bytes, share_gil=True
+        )
 
 
 @dataclass(slots=True)

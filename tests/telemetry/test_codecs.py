@@ -342,3 +342,19 @@ def test_every_codec_output_is_bounded_in_memory_near_the_bound(name: str) -> No
     finally:
         tracemalloc.stop()
     assert peak < len(bomb) + 4 * bound + 1024 * 1024
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_sharing_the_gil_gives_the_same_output_and_bounds(name: str) -> None:
+    codec, encode = ENCODERS[name]
+    data = encode(PAYLOAD)
+    assert decompress(codec, data, len(PAYLOAD), share_gil=True) == PAYLOAD
+    with pytest.raises(TelemetryTooLargeError):
+        decompress(codec, data, len(PAYLOAD) - 1, share_gil=True)
+
+
+@pytest.mark.parametrize("name", BOMBS)
+def test_sharing_the_gil_stops_bombs_at_the_bound(name: str) -> None:
+    codec, build = BOMBS[name]
+    with pytest.raises(TelemetryTooLargeError):
+        decompress(codec, build(), BOUND, share_gil=True)

@@ -106,11 +106,15 @@ async def test_a_flood_of_failing_terminating_pushes_costs_one_decompression(
 def decompression_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(thread name, bound) of every decompression the manager runs (the real codec runs)."""
     calls: list[tuple[str, int]] = []
-    real: Callable[[CompressionType, bytes, int], bytes] = telemetry.codecs.decompress
+    real: Callable[..., bytes] = telemetry.codecs.decompress
 
-    def recording(codec: CompressionType, data: bytes, max_bytes: int) -> bytes:
+    def recording(
+        codec: CompressionType, data: bytes, max_bytes: int, *, share_gil: bool = False
+    ) -> bytes:
+        # Only the decompression thread shares the GIL slice by slice.
+        assert share_gil == threading.current_thread().name.startswith("kip714-decompress")
         calls.append((threading.current_thread().name, max_bytes))
-        return real(codec, data, max_bytes)
+        return real(codec, data, max_bytes, share_gil=share_gil)
 
     monkeypatch.setattr(telemetry.manager, "decompress", recording)
     return calls
