@@ -69,7 +69,8 @@ def heavy_payload(expands_to: int, seed: int = 714) -> bytes:
     """zstd without content size, just under 1 MiB, expanding to ``expands_to`` bytes.
 
     A random block just under 1 MiB (incompressible) repeated: zstd's window
-    (8 MiB here, within what the server allows) reaches back over it, so each repeat costs a few bytes.
+    (8 MiB here, within what the server allows) reaches back over it, so each
+    repeat costs a few bytes.
     """
     block = random.Random(seed).randbytes(MIB - 64 * 1024)
     data = (block * (expands_to // len(block) + 1))[:expands_to]
