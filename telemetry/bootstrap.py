@@ -159,7 +159,9 @@ class Server:
                 self.manager, self.listener, self.log, self.hosts, self.rollup_retention
             )
         )
-        ingest = HttpIngest(manager=self.manager, log=self.log)
+        ingest = HttpIngest(
+            manager=self.manager, log=self.log, decompressor=self.listener.decompressor
+        )
         registry.register(HttpIngestCollector(ingest.stats))
         app = create_app(registry, self.health)
         add_ingest_routes(app, ingest)

@@ -92,6 +92,7 @@ class ClientInstance:
         "last_get_request_ms",
         "last_known_error",
         "last_push_request_ms",
+        "last_terminating_push_ms",
         "metadata",
         "metrics",
         "push_interval_ms",
@@ -122,6 +123,7 @@ class ClientInstance:
         # passes the gate as long as now >= interval (true at any real epoch).
         self.last_get_request_ms = 0
         self.last_push_request_ms = 0
+        self.last_terminating_push_ms = 0
         self.terminating = False
         self.last_known_error = ErrorCode.NONE
 
@@ -150,6 +152,28 @@ class ClientInstance:
             accepted = now_ms - self.last_push_request_ms >= self.push_interval_ms
         if accepted:
             self.last_push_request_ms = now_ms
+        return accepted
+
+    def maybe_update_terminating_push_timestamp(self, now_ms: int) -> bool:
+        """The gate for a terminating push: the first push after a GET, or one per interval.
+
+        Kafka lets a terminating push past the interval gate unconditionally,
+        which is harmless there because the push then locks the instance even
+        if it fails. kip714 locks only on success (KAFKA-20898), so without a
+        bound a client could send failing terminating pushes (each one
+        decompressed) without limit. Allowed: the first push after a GET (the
+        retry after 117/76, whose GET is exempt from the GET gate), or one
+        terminating push per interval otherwise, whatever the regular gate
+        says (a client closing right after a regular push). Either way the
+        push slot is consumed, so one GET admits one push.
+        """
+        accepted = (
+            self.last_get_request_ms > self.last_push_request_ms
+            or now_ms - self.last_terminating_push_ms >= self.push_interval_ms
+        )
+        if accepted:
+            self.last_push_request_ms = now_ms
+            self.last_terminating_push_ms = now_ms
         return accepted
 
     def __repr__(self) -> str:

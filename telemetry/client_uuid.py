@@ -12,6 +12,13 @@ than borrowed from :mod:`uuid`:
 * ZERO (0, 0) and ONE (0, 1) are reserved: a push carrying either is refused,
   and the broker never hands them out, nor ids whose string starts with ``-``
   (they would read as command-line options in Kafka's tools).
+
+Python's own hash of the id (what the instance cache's dicts use) is a
+different matter: clients choose their ids, and ``hash`` of ints is not
+randomised, so ids crafted to collide would turn every cache lookup into a
+scan of the colliding entries. It is therefore keyed per process: SipHash
+(Python's ``bytes`` hash, itself keyed per process unless ``PYTHONHASHSEED``
+pins it) over a random per-process prefix and the 16 id bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ _U64: Final = (1 << 64) - 1
 # Java's URL-safe decoder accepts the 22 significant characters with or
 # without the two '=' of padding, and nothing outside the URL-safe alphabet.
 _BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]{22}(?:==)?")
+# Unknown outside this process, so nobody can choose ids that collide in our dicts.
+_HASH_PREFIX: Final = os.urandom(16)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,9 +58,7 @@ class Uuid:
         for half in (self.most_significant_bits, self.least_significant_bits):
             if not 0 <= half <= _U64:
                 raise ValueError(f"Uuid half {half} is not an unsigned 64-bit value")
-        object.__setattr__(
-            self, "_hash", hash((self.most_significant_bits, self.least_significant_bits))
-        )
+        object.__setattr__(self, "_hash", hash(_HASH_PREFIX + self.to_bytes()))
 
     def __hash__(self) -> int:
         return self._hash
@@ -71,7 +78,15 @@ class Uuid:
         """Build from the 16 bytes of the wire form (two big-endian int64)."""
         if len(data) != 16:
             raise ValueError(f"a Uuid is 16 bytes, got {len(data)}")
-        return cls(int.from_bytes(data[:8], "big"), int.from_bytes(data[8:], "big"))
+        # Once per request: skip the dataclass __init__ (two halves of 8 bytes
+        # are always in range) and hash the bytes we already hold.
+        uuid = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(uuid, "most_significant_bits", int.from_bytes(data[:8], "big"))
+        setattr_(uuid, "least_significant_bits", int.from_bytes(data[8:], "big"))
+        setattr_(uuid, "_hash", hash(_HASH_PREFIX + bytes(data)))
+        setattr_(uuid, "_text", None)
+        return uuid
 
     @classmethod
     def from_signed(cls, msb: int, lsb: int) -> Uuid:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import enum
 import io
 import threading
+import time
 import zlib
+from collections.abc import Callable
 from typing import Final
 
 import cramjam
@@ -60,8 +62,16 @@ _MIN_ZSTD_WINDOW: Final = 8 * 1024 * 1024
 _MAX_ZSTD_WINDOW: Final = 128 * 1024 * 1024
 
 
-def decompress(compression_type: CompressionType, data: bytes, max_bytes: int) -> bytes:
+def decompress(
+    compression_type: CompressionType, data: bytes, max_bytes: int, *, share_gil: bool = False
+) -> bytes:
     """Decompress ``data``, refusing output longer than ``max_bytes``.
+
+    Every codec produces its output in slices of at most 64 KiB. With
+    ``share_gil`` (for a worker thread beside an event loop) the GIL is
+    released between slices, so the loop waits at most one slice for it
+    rather than a whole switch interval, and zstd skips its one-shot path
+    (one C call holding the GIL for the whole output).
 
     Raises:
         TelemetryTooLargeError: the output would exceed ``max_bytes``.
@@ -74,15 +84,24 @@ def decompress(compression_type: CompressionType, data: bytes, max_bytes: int) -
         return data
     if not data:
         raise InvalidRecordError(f"empty {compression_type.name} payload")
+    pause = _share_gil if share_gil else _keep_gil
     if compression_type is CompressionType.GZIP:
-        return _gunzip(data, max_bytes)
+        return _gunzip(data, max_bytes, pause)
     if compression_type is CompressionType.SNAPPY:
         if data.startswith(_XERIAL_MAGIC):
-            return _unsnappy_xerial(data, max_bytes)
+            return _unsnappy_xerial(data, max_bytes, pause)
         return _snappy_block(data, max_bytes)
     if compression_type is CompressionType.LZ4:
-        return _unlz4(data, max_bytes)
-    return _unzstd(data, max_bytes)
+        return _unlz4(data, max_bytes, pause)
+    return _unzstd(data, max_bytes, pause, one_shot=not share_gil)
+
+
+def _share_gil() -> None:
+    time.sleep(0)  # releases the GIL: a thread waiting for it (the event loop) takes it now
+
+
+def _keep_gil() -> None:
+    pass
 
 
 def _check_size(size: int, max_bytes: int) -> None:
@@ -92,7 +111,7 @@ def _check_size(size: int, max_bytes: int) -> None:
         )
 
 
-def _gunzip(data: bytes, max_bytes: int) -> bytes:
+def _gunzip(data: bytes, max_bytes: int, pause: Callable[[], None]) -> bytes:
     # Java's GZIPInputStream reads concatenated members; so do we.
     out = bytearray()
     remaining = data
@@ -101,16 +120,21 @@ def _gunzip(data: bytes, max_bytes: int) -> bytes:
         pending = remaining
         try:
             while not inflater.eof:
-                out += inflater.decompress(pending, max_bytes + 1 - len(out))
+                piece = inflater.decompress(pending, min(_CHUNK, max_bytes + 1 - len(out)))
+                out += piece
                 _check_size(len(out), max_bytes)
+                stalled = not piece and len(inflater.unconsumed_tail) == len(pending)
                 pending = inflater.unconsumed_tail
-                if not pending and not inflater.eof:
+                if not pending and not inflater.eof and not piece:
                     # Output may still be buffered inside zlib; an empty call drains it.
-                    drained = inflater.decompress(b"", max_bytes + 1 - len(out))
+                    drained = inflater.decompress(b"", min(_CHUNK, max_bytes + 1 - len(out)))
                     out += drained
                     _check_size(len(out), max_bytes)
                     if not drained and not inflater.eof:
                         raise InvalidRecordError("truncated gzip payload")
+                elif stalled and not inflater.eof:
+                    raise InvalidRecordError("corrupt gzip payload: no progress")
+                pause()
         except zlib.error as error:
             raise InvalidRecordError(f"corrupt gzip payload: {error}") from error
         remaining = inflater.unused_data
@@ -140,7 +164,7 @@ def _snappy_block(block: bytes, budget: int) -> bytes:
     return out
 
 
-def _unsnappy_xerial(data: bytes, max_bytes: int) -> bytes:
+def _unsnappy_xerial(data: bytes, max_bytes: int, pause: Callable[[], None]) -> bytes:
     """Xerial snappy-java framing: a 16-byte header, then (int32 length, raw block)*."""
     if len(data) < _XERIAL_HEADER_SIZE:
         raise InvalidRecordError("truncated xerial snappy header")
@@ -155,16 +179,25 @@ def _unsnappy_xerial(data: bytes, max_bytes: int) -> bytes:
             raise InvalidRecordError(f"bad xerial snappy block length {length}")
         out += _snappy_block(data[position : position + length], max_bytes - len(out))
         position += length
+        pause()
     return bytes(out)
 
 
-def _unlz4(data: bytes, max_bytes: int) -> bytes:
+def _unlz4(data: bytes, max_bytes: int, pause: Callable[[], None]) -> bytes:
+    try:
+        # 0 when the frame declares no size; a declaration beyond the bound
+        # is refused before anything is decompressed, as for zstd.
+        declared = int(lz4.frame.get_frame_info(data)["content_size"])
+    except RuntimeError as error:
+        raise InvalidRecordError(f"corrupt lz4 frame header: {error}") from error
+    _check_size(declared, max_bytes)
     decompressor = lz4.frame.LZ4FrameDecompressor()
     try:
-        out = bytearray(decompressor.decompress(data, max_length=max_bytes + 1))
+        out = bytearray(decompressor.decompress(data, max_length=min(_CHUNK, max_bytes + 1)))
         _check_size(len(out), max_bytes)
         while not decompressor.eof and not decompressor.needs_input:
-            more = decompressor.decompress(b"", max_length=max_bytes + 1 - len(out))
+            pause()
+            more = decompressor.decompress(b"", max_length=min(_CHUNK, max_bytes + 1 - len(out)))
             if not more:
                 break
             out += more
@@ -181,6 +214,8 @@ def _unlz4(data: bytes, max_bytes: int) -> bytes:
 _ZSTD_LOCAL = threading.local()
 _ONE_SHOT_MIN_BYTES: Final = 16 * 1024
 _ONE_SHOT_RATIO: Final = 16
+# python-zstandard's message when one-shot output would pass max_output_size.
+_OUTPUT_FULL: Final = "did not decompress full frame"
 
 
 def _zstd_decompressor(window: int) -> zstandard.ZstdDecompressor:
@@ -201,21 +236,31 @@ def _zstd_decompressor(window: int) -> zstandard.ZstdDecompressor:
     return decompressor
 
 
-def _unzstd(data: bytes, max_bytes: int) -> bytes:
+def _unzstd(data: bytes, max_bytes: int, pause: Callable[[], None], *, one_shot: bool) -> bytes:
     window = min(_MAX_ZSTD_WINDOW, max(_MIN_ZSTD_WINDOW, max_bytes))
     # The stream reader stops quietly at the end of its input, even inside a
-    # frame, so check the frames are whole before trusting its output.
-    frames = _check_zstd_frames(data, window)
+    # frame, so check the frames are whole before trusting its output; a
+    # frame declaring more content than the bound is refused right there.
+    frames = _check_zstd_frames(data, window, max_bytes)
     decompressor = _zstd_decompressor(window)
-    if frames == 1:
+    if frames == 1 and one_shot:
         # The common case (one librdkafka frame, ~10× compression): one-shot
         # into a buffer of a likely size, 4× cheaper than streaming. Anything
         # unusual (bigger output, corruption) takes the careful path below.
+        # python-zstandard sizes the buffer by the frame's declared content
+        # size when there is one, ignoring max_output_size: safe only because
+        # _check_zstd_frames refused declarations beyond max_bytes.
         likely = min(max_bytes, max(_ONE_SHOT_MIN_BYTES, _ONE_SHOT_RATIO * len(data)))
         try:
             return decompressor.decompress(data, max_output_size=likely)
-        except zstandard.ZstdError:
-            pass
+        except zstandard.ZstdError as error:
+            if likely == max_bytes and _OUTPUT_FULL in str(error):
+                # The frames are whole (checked above) and the decoder needed
+                # more room than the bound: too large by what it produces, and
+                # not worth producing a second time by streaming.
+                raise TelemetryTooLargeError(
+                    f"decompressed telemetry exceeds the limit of {max_bytes} bytes"
+                ) from error
     # Frames from streaming encoders carry no content size, so one-shot
     # decompression cannot size its buffer: read a stream up to the bound.
     out = bytearray()
@@ -227,6 +272,7 @@ def _unzstd(data: bytes, max_bytes: int) -> bytes:
                     break
                 out += chunk
                 _check_size(len(out), max_bytes)
+                pause()
     except zstandard.ZstdError as error:
         raise InvalidRecordError(f"corrupt zstd payload: {error}") from error
     return bytes(out)
@@ -235,17 +281,21 @@ def _unzstd(data: bytes, max_bytes: int) -> bytes:
 _ZSTD_MAGIC: Final = 0xFD2FB528
 _ZSTD_SKIPPABLE_MASK: Final = 0xFFFFFFF0
 _ZSTD_SKIPPABLE_MAGIC: Final = 0x184D2A50
+# ZSTD_CONTENTSIZE_UNKNOWN and ZSTD_CONTENTSIZE_ERROR, as python-zstandard reports them.
+_ZSTD_NO_CONTENT_SIZE: Final = frozenset({2**64 - 1, 2**64 - 2})
 
 
-def _check_zstd_frames(data: bytes, max_window: int) -> int:
+def _check_zstd_frames(data: bytes, max_window: int, max_bytes: int) -> int:
     """Walk the frame and block headers (``ZSTD_findFrameCompressedSize``).
 
-    A window beyond ``max_window`` is TELEMETRY_TOO_LARGE rather than
-    corrupt: the frame is valid, only too big for us, and 87 would make Java
-    clients stop sending telemetry. Returns how many frames (skippable ones
-    included) the data holds.
+    A window beyond ``max_window``, or declared content sizes adding up to
+    more than ``max_bytes``, are TELEMETRY_TOO_LARGE rather than corrupt: the
+    frame is valid, only too big for us, and 87 would make Java clients stop
+    sending telemetry. Nothing is allocated before this check. Returns how
+    many frames (skippable ones included) the data holds.
     """
     frames = 0
+    declared = 0
     position = 0
     while position < len(data):
         frames += 1
@@ -259,13 +309,13 @@ def _check_zstd_frames(data: bytes, max_window: int) -> int:
             continue
         if magic != _ZSTD_MAGIC:
             raise InvalidRecordError("corrupt zstd payload: bad frame magic")
-        try:
-            header_size = zstandard.frame_header_size(data[position:])
-            window = zstandard.get_frame_parameters(data[position:]).window_size
-        except zstandard.ZstdError as error:
-            raise InvalidRecordError(f"truncated zstd frame header: {error}") from error
-        if window > max_window:
-            raise TelemetryTooLargeError(f"zstd frame needs a {window}-byte window")
+        header_size, content_size = _zstd_frame_header(data[position:], max_window)
+        declared += content_size
+        if declared > max_bytes:
+            raise TelemetryTooLargeError(
+                f"zstd frames declare {declared} bytes of content, over the limit of"
+                f" {max_bytes} bytes"
+            )
         has_checksum = data[position + 4] & 0x04
         position += header_size
         last_block = False
@@ -284,3 +334,17 @@ def _check_zstd_frames(data: bytes, max_window: int) -> int:
     if position > len(data):
         raise InvalidRecordError("truncated zstd frame")
     return frames
+
+
+def _zstd_frame_header(frame: bytes, max_window: int) -> tuple[int, int]:
+    """The frame header's size and declared content size (0 when it declares none)."""
+    try:
+        header_size = zstandard.frame_header_size(frame)
+        parameters = zstandard.get_frame_parameters(frame)
+    except zstandard.ZstdError as error:
+        raise InvalidRecordError(f"truncated zstd frame header: {error}") from error
+    if parameters.window_size > max_window:
+        raise TelemetryTooLargeError(f"zstd frame needs a {parameters.window_size}-byte window")
+    if parameters.content_size in _ZSTD_NO_CONTENT_SIZE:
+        return header_size, 0
+    return header_size, parameters.content_size

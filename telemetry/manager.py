@@ -14,8 +14,11 @@ apache/kafka#19959).
 
 PushTelemetry, first failing check wins: reserved id → INVALID_REQUEST (42),
 touching no instance; instance create/re-create; already terminating → 42;
-timing gate (the slot is consumed even if a later check fails) → 89 unless
-the push is terminating; subscription id → 117; compression id → 76; size as
+timing gate (the slot is consumed even if a later check fails) → 89; a
+terminating push passes its own gate instead (the first push after a GET, or
+one per interval: a bound Kafka gets from locking the instance even when the
+terminating push fails, which kip714 does not do, KAFKA-20898); subscription
+id → 117; compression id → 76; size as
 sent > ``max_bytes`` → 118; bounded decompression → 118 past
 ``max_decompressed_bytes`` (KAFKA-21076), 87 if corrupt.
 
@@ -23,6 +26,16 @@ A push is acknowledged only after the durable log append that follows, so a
 push is two-phase: :meth:`TelemetryManager.validate_push` returns an
 :class:`AcceptedPush` and :meth:`TelemetryManager.complete_push` records the
 outcome of the append.
+
+Decompression is the one costly check (a 1 MiB push may expand to the 16 MiB
+bound: tens of milliseconds). It runs last, after every cheap check, so no
+push is decompressed that the gates or the as-sent size would refuse. A
+caller on an event loop passes ``inline_max_bytes``: output up to that size
+is produced inline (every real client's push), and a payload that expands
+further comes back as a :class:`DeferredPush`, whose
+:meth:`~DeferredPush.decompress` is thread-safe and pure (run it in a
+thread: zstd, zlib, lz4 and snappy release the GIL) and whose outcome
+:meth:`TelemetryManager.finish_deferred` then records on the loop.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ from telemetry.telemetry_config import TelemetryConfig
 
 __all__ = [
     "AcceptedPush",
+    "DeferredPush",
     "GetTelemetrySubscriptionsResponse",
     "PushTelemetryResponse",
     "TelemetryManager",
@@ -116,6 +130,44 @@ class AcceptedPush:
     _instance: ClientInstance = field(repr=False, compare=False)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeferredPush:
+    """A push that passed every cheap check; its payload expands past the inline limit.
+
+    Call :meth:`decompress` off the event loop, then hand its result (or the
+    :class:`TelemetryError` it raised) to
+    :meth:`TelemetryManager.finish_deferred`, exactly once.
+    """
+
+    client_instance_id: Uuid
+    subscription_id: int
+    context: RequestContext
+    terminating: bool
+    compression_type: CompressionType
+    received_ms: int
+    payload: bytes = field(repr=False)
+    max_decompressed_bytes: int
+    _instance: ClientInstance = field(repr=False, compare=False)
+
+    def decompress(self) -> bytes:
+        """The OTLP bytes, bounded by ``max_decompressed_bytes``; touches no shared state.
+
+        Raises:
+            TelemetryTooLargeError: the output would exceed the bound.
+            InvalidRecordError: the payload is corrupt.
+        """
+        return decompress(
+            self.compression_type, self.payload, self.max_decompressed_bytes, share_gil=True
+        )
+
+    def outcome(self) -> bytes | TelemetryError:
+        """:meth:`decompress` for a worker thread: a refusal is a value, so only bugs raise."""
+        try:
+            return self.decompress()
+        except TelemetryError as error:
+            return error
+
+
 @dataclass(slots=True)
 class TelemetryStats:
     """Plain counters a Prometheus collector can read; Kafka's ``client-metrics`` group."""
@@ -124,6 +176,8 @@ class TelemetryStats:
     push_responses: Counter[ErrorCode] = field(default_factory=Counter)
     throttled: int = 0  # GET and PUSH refused by the interval gate (Kafka's throttle-count)
     unknown_subscription: int = 0
+    decompressions: int = 0  # payloads decompressed (accepted or not): the costly step
+    deferred_decompressions: int = 0  # of which expanded past the inline limit
     instances_created: int = 0
     instances_evicted: int = 0
     instances_expired: int = 0
@@ -232,14 +286,25 @@ class TelemetryManager:
         metrics: bytes | None,
         context: RequestContext,
         now_ms: int,
-    ) -> AcceptedPush | PushTelemetryResponse:
+        inline_max_bytes: int | None = None,
+    ) -> AcceptedPush | DeferredPush | PushTelemetryResponse:
         """Run the PushTelemetry checks; an :class:`AcceptedPush` still needs :meth:`complete_push`.
+
+        With ``inline_max_bytes``, a payload whose output would exceed it
+        (and is allowed to, up to ``max_decompressed_bytes``) is returned as a
+        :class:`DeferredPush` instead of being decompressed here; at most
+        ``inline_max_bytes`` of output is produced inline to find that out.
 
         A refusal is returned as the response to send, and is recorded as the
         instance's last known error, as Kafka does. Unlike Kafka, a refused
         push never changes ``terminating`` (KAFKA-20898, apache/kafka#23094):
         Kafka sets it in a ``finally``, so one failed terminating push locked
-        the instance out for good.
+        the instance out for good. Since a failed terminating push no longer
+        locks, the terminating push's bypass of the interval gate is bounded
+        instead: it passes as the first push after a GET (the retry after
+        117/76) or once per push interval, else it is 89 like any early push.
+        A flood of failing terminating pushes thus costs one decompression
+        per interval, not one per request.
         """
         self.expire(now_ms)
         if client_instance_id is None or client_instance_id.is_reserved:
@@ -248,11 +313,70 @@ class TelemetryManager:
             )
         instance = self._client_instance(client_instance_id, context, now_ms)
         try:
-            codec, data = self._check_push(
+            codec, payload = self._check_push(
                 instance, subscription_id, terminating, compression_type, metrics, now_ms
             )
+            data = self._decompress_inline(codec, payload, inline_max_bytes)
         except TelemetryError as error:
             return self._push_refused(instance, error)
+        if data is None:
+            self.stats.deferred_decompressions += 1
+            return DeferredPush(
+                client_instance_id=instance.client_instance_id,
+                subscription_id=subscription_id,
+                context=context,
+                terminating=terminating,
+                compression_type=codec,
+                received_ms=now_ms,
+                payload=payload,
+                max_decompressed_bytes=self._config.max_decompressed_bytes,
+                _instance=instance,
+            )
+        return self._accepted(instance, subscription_id, context, terminating, codec, now_ms, data)
+
+    def finish_deferred(
+        self, deferred: DeferredPush, outcome: bytes | TelemetryError
+    ) -> AcceptedPush | PushTelemetryResponse:
+        """Record how a deferred decompression ended: accepted (to log) or refused (118/87)."""
+        if isinstance(outcome, TelemetryError):
+            return self._push_refused(deferred._instance, outcome)
+        return self._accepted(
+            deferred._instance,
+            deferred.subscription_id,
+            deferred.context,
+            deferred.terminating,
+            deferred.compression_type,
+            deferred.received_ms,
+            outcome,
+        )
+
+    def _decompress_inline(
+        self, codec: CompressionType, payload: bytes, inline_max_bytes: int | None
+    ) -> bytes | None:
+        """The OTLP bytes, or ``None`` when they would exceed ``inline_max_bytes`` (defer)."""
+        if not payload:
+            return b""  # null or empty metrics: accepted, nothing to log
+        if codec is CompressionType.NONE:
+            return decompress(codec, payload, self._config.max_decompressed_bytes)
+        self.stats.decompressions += 1
+        limit = self._config.max_decompressed_bytes
+        if inline_max_bytes is None or inline_max_bytes >= limit:
+            return decompress(codec, payload, limit)
+        try:
+            return decompress(codec, payload, inline_max_bytes)
+        except TelemetryTooLargeError:
+            return None
+
+    def _accepted(
+        self,
+        instance: ClientInstance,
+        subscription_id: int,
+        context: RequestContext,
+        terminating: bool,
+        codec: CompressionType,
+        now_ms: int,
+        data: bytes,
+    ) -> AcceptedPush:
         return AcceptedPush(
             # The instance's own id object: equal to the request's, and its
             # text form (logged with every push) is computed once per instance.
@@ -303,13 +427,20 @@ class TelemetryManager:
         metrics: bytes | None,
         now_ms: int,
     ) -> tuple[CompressionType, bytes]:
+        """The cheap checks, in Kafka's order; returns the codec and the payload as sent."""
         if instance.terminating:
             raise InvalidRequestError(
                 f"client {instance.client_instance_id} already sent a terminating push"
             )
         # Evaluated first on purpose: an accepted slot is consumed even if a
-        # later check refuses the push, as in Kafka.
-        if not instance.maybe_update_push_request_timestamp(now_ms) and not terminating:
+        # later check refuses the push, as in Kafka. A terminating push has its
+        # own gate (see ClientInstance.maybe_update_terminating_push_timestamp):
+        # Kafka lets every one through, which only a lock on failure bounded.
+        if terminating:
+            accepted = instance.maybe_update_terminating_push_timestamp(now_ms)
+        else:
+            accepted = instance.maybe_update_push_request_timestamp(now_ms)
+        if not accepted:
             self.stats.throttled += 1
             raise ThrottlingQuotaExceededError(
                 f"push from {instance.client_instance_id} arrived before the next push interval"
@@ -329,9 +460,7 @@ class TelemetryManager:
             raise TelemetryTooLargeError(
                 f"push of {len(payload)} bytes exceeds telemetry.max.bytes {self._config.max_bytes}"
             )
-        if not payload:
-            return codec, b""
-        return codec, decompress(codec, payload, self._config.max_decompressed_bytes)
+        return codec, payload
 
     def _push_refused(
         self, instance: ClientInstance | None, error: TelemetryError

@@ -41,7 +41,7 @@ from exporters.parquet import publish as publishing
 from exporters.parquet.log_epoch import LogEpoch, open_landing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
 from exporters.parquet.retention import landing_retention
-from exporters.parquet.worker import BatchReport, WorkerConfig
+from exporters.parquet.worker import MAX_OPEN_FILES, BatchReport, WorkerConfig
 from exporters.retention import PeriodicRetention, RetentionStats
 
 if TYPE_CHECKING:
@@ -67,9 +67,6 @@ DEFAULTS: Final[Mapping[str, Any]] = {
 _OPTIONS: Final = frozenset({"path", *DEFAULTS})
 #: Batches queued per worker beyond the one it is flattening; bounds memory.
 IN_FLIGHT_PER_WORKER: Final = 2
-#: Open files per worker (one per table and hour) that seal a generation early:
-#: skewed client clocks must not exhaust file descriptors or row-group buffers.
-MAX_OPEN_FILES: Final = 128
 
 
 @dataclass(slots=True)
@@ -93,6 +90,8 @@ class ParquetStats(FlattenStats):
     failures: int = 0
     durable_offset: int = 0
     pending_rows: int = 0
+    skewed_times: int = 0
+    spilled_files: int = 0
 
 
 @final
@@ -320,6 +319,8 @@ class ParquetExporter:
         self.stats.merge(report.stats)
         self._gen_rows += report.rows
         self._gen_open_files = max(self._gen_open_files, report.open_files)
+        self.stats.skewed_times += report.skewed_times
+        self.stats.spilled_files += report.spilled_files
         self.stats.pending_rows = self._gen_rows
         if report.unlandable:
             self.stats.unlandable_pushes += len(report.unlandable)

@@ -9,7 +9,11 @@ client metric is meaningful below a microsecond; the cast truncates.
 ``date`` and ``hour`` are not columns of the files: they are Hive partition
 directories (``date=2026-11-21/hour=04``), the UTC date and hour of the data
 point's ``time`` (of ``received_time`` in the raw ``pushes`` table), so every
-Hive-aware reader adds them as columns and prunes on them.
+Hive-aware reader adds them as columns and prunes on them. A data point whose
+``time`` is more than :data:`MAX_TIME_SKEW_US` from its push's
+``received_time`` is partitioned by the ``received_time`` hour instead (it
+keeps its own ``time``): a client's timestamps must not choose how many
+partitions, and so files, one push opens.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ if TYPE_CHECKING:
     from exporters.otlp_rows import Columns
 
 __all__ = [
+    "MAX_TIME_SKEW_US",
     "METRICS_TABLE",
     "PUSHES_TABLE",
     "SCHEMA_VERSION",
     "TIME_COLUMNS",
+    "hours_of",
+    "metrics_partition_hours",
     "metrics_schema",
     "metrics_table",
     "ns_to_us",
@@ -49,6 +56,10 @@ PUSHES_TABLE: Final = "pushes"
 SCHEMA_VERSION: Final = "1"
 TIME_COLUMNS: Final = ("time", "start_time", "received_time")
 US_PER_HOUR: Final = 3_600_000_000
+#: Further than this from its push's receive time, a data point is
+#: partitioned by the receive time's hour (24 h: any honest clock, including
+#: one set to the wrong time zone, stays within it).
+MAX_TIME_SKEW_US: Final = 24 * US_PER_HOUR
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -130,16 +141,36 @@ def pushes_table(pushes: Sequence[LoggedPush]) -> pa.Table:
     )
 
 
-def split_by_hour(table: pa.Table, time_column: str) -> list[tuple[int, pa.Table]]:
-    """``table`` cut into one piece per UTC hour of ``time_column``: ``(hours since epoch, rows)``.
+def hours_of(column: Any) -> Any:
+    """Hours since the epoch (int64) of a ``timestamp[us]`` column."""
+    return pc.divide(column.cast(pa.int64()), US_PER_HOUR)
 
+
+def metrics_partition_hours(table: pa.Table) -> tuple[Any, int]:
+    """The partition hour of every row of a metrics table, and how many rows are skewed.
+
+    The hour of ``time``, unless ``time`` is more than :data:`MAX_TIME_SKEW_US`
+    away from ``received_time``: then the hour of ``received_time``.
+    """
+    time_us = table.column("time").cast(pa.int64())
+    received_us = table.column("received_time").cast(pa.int64())
+    skewed = pc.greater(pc.abs(pc.subtract(time_us, received_us)), MAX_TIME_SKEW_US)
+    count = pc.sum(skewed.cast(pa.int64())).as_py() or 0
+    if count:
+        time_us = pc.if_else(skewed, received_us, time_us)
+    return pc.divide(time_us, US_PER_HOUR), count
+
+
+def split_by_hour(table: pa.Table, hours: Any) -> list[tuple[int, pa.Table]]:
+    """``table`` cut into one piece per partition hour: ``(hours since epoch, rows)``.
+
+    ``hours`` holds each row's hour (``hours_of``, ``metrics_partition_hours``).
     Almost every batch falls in one hour, which costs one ``min``/``max``
     and no copy; only a batch that crosses an hour (or carries skewed client
     clocks) is filtered per hour.
     """
     if table.num_rows == 0:
         return []
-    hours = pc.divide(table.column(time_column).cast(pa.int64()), US_PER_HOUR)
     bounds = pc.min_max(hours)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low == high:

@@ -6,6 +6,12 @@ of the current generation, appends row groups as batches arrive, and on
 costly steps) therefore never run in the server process, and files can be
 large while memory stays bounded by one row group per open file.
 
+At most ``max_open_files`` writers are open at once, whatever the data: a
+batch needing another one first closes the least recently used writer (its
+file stays part of the generation, and a later row for that hour starts a
+new part file), so no push can exhaust file descriptors. The exporter seals
+the generation early once a worker reports that many open files.
+
 Messages, in order, over a ``multiprocessing`` pipe (the parent keeps a FIFO
 of futures, so every request gets exactly one reply, in order):
 
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from exporters.api import LoggedPush
@@ -42,6 +49,8 @@ from exporters.parquet.schema import (
     METRICS_TABLE,
     PUSHES_TABLE,
     SCHEMA_VERSION,
+    hours_of,
+    metrics_partition_hours,
     metrics_schema,
     partition_name,
     pushes_schema,
@@ -53,10 +62,13 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from multiprocessing.connection import Connection
 
-__all__ = ["BatchReport", "WorkerConfig", "WorkerLanding", "worker_main"]
+__all__ = ["MAX_OPEN_FILES", "BatchReport", "WorkerConfig", "WorkerLanding", "worker_main"]
 
 _log = logging.getLogger(__name__)
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
+#: Writers (one per table and hour) a worker keeps open at once; each holds a
+#: file descriptor and a row group's buffer.
+MAX_OPEN_FILES: Final = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +80,7 @@ class WorkerConfig:
     compression_level: int | None
     row_group_rows: int
     epoch: int = 0  # the landing's offset epoch; after 0 it is part of every file name
+    max_open_files: int = MAX_OPEN_FILES
 
 
 @dataclass(slots=True)
@@ -80,17 +93,22 @@ class BatchReport:
     unlandable: list[int] = field(default_factory=list)  # offsets of pushes that failed to convert
     buffered_rows: int = 0
     open_files: int = 0
+    skewed_times: int = 0  # rows partitioned by received_time (time too far from it)
+    spilled_files: int = 0  # writers closed early to stay within max_open_files
 
 
 @dataclass(slots=True)
 class _OpenFile:
     table: str
     hour: int
+    part: int  # 0 for the first file of (table, hour) in a generation, then 1, 2, ...
     staged: str
     writer: pq.ParquetWriter
     rows: int = 0
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
+    first_offset: int | None = None  # push offsets of the rows it holds
+    last_offset: int | None = None
 
 
 class WorkerLanding:
@@ -99,7 +117,9 @@ class WorkerLanding:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.staging = staging_dir(Path(config.root))
-        self.files: dict[tuple[str, int], _OpenFile] = {}
+        self.files: dict[tuple[str, int], _OpenFile] = {}  # least recently appended first
+        self.closed: list[_OpenFile] = []  # spilled to honour max_open_files, sealed with the rest
+        self.parts: dict[tuple[str, int], int] = {}  # files started per key this generation
         self.generation = 0
         self.poisoned: str | None = None
         self._schemas = {METRICS_TABLE: metrics_schema(), PUSHES_TABLE: pushes_schema()}
@@ -107,16 +127,20 @@ class WorkerLanding:
     def batch(self, pushes: Sequence[LoggedPush]) -> BatchReport:
         table, stats, unlandable = flatten_to_table(pushes)
         report = BatchReport(stats=stats, rows=table.num_rows, raw_rows=0, unlandable=unlandable)
-        for hour, part in split_by_hour(table, "time"):
-            self._append(METRICS_TABLE, hour, part)
+        spilled = len(self.closed)
+        if table.num_rows:
+            hours, report.skewed_times = metrics_partition_hours(table)
+            for hour, part in split_by_hour(table, hours):
+                self._append(METRICS_TABLE, hour, part)
         if self.config.raw:
             raw = pushes_table(pushes)
             report.raw_rows = raw.num_rows
-            for hour, part in split_by_hour(raw, "received_time"):
+            for hour, part in split_by_hour(raw, hours_of(raw.column("received_time"))):
                 self._append(PUSHES_TABLE, hour, part)
         self._bound_memory()
         report.buffered_rows = sum(f.pending_rows for f in self.files.values())
         report.open_files = len(self.files)
+        report.spilled_files = len(self.closed) - spilled
         return report
 
     def seal(self, first: int, last: int) -> list[PublishedFile]:
@@ -129,45 +153,75 @@ class WorkerLanding:
             "kip714.last_offset": str(last),
             "kip714.schema_version": SCHEMA_VERSION,
         }
-        for key, open_file in sorted(self.files.items()):
+        for key in sorted(self.files):
+            open_file = self.files[key]
             self._write_pending(open_file)
             open_file.writer.add_key_value_metadata({**metadata, "kip714.table": open_file.table})
             open_file.writer.close()
+        for open_file in [*self.closed, *(self.files[key] for key in sorted(self.files))]:
             path = self.staging / open_file.staged
             fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            table, hour = key
             epoch = f"e{self.config.epoch:06d}-" if self.config.epoch else ""
+            suffix = f"-p{open_file.part}" if open_file.part else ""
             final = (
-                f"{table}/{partition_name(hour)}/"
-                f"part-{epoch}{first:020d}-{last:020d}-w{self.config.worker_id}.parquet"
+                f"{open_file.table}/{partition_name(open_file.hour)}/"
+                f"part-{epoch}{first:020d}-{last:020d}-w{self.config.worker_id}{suffix}.parquet"
             )
             size = path.stat().st_size
             sealed.append(PublishedFile(open_file.staged, final, open_file.rows, size))
         if sealed:
             fsync_dir(self.staging)
         self.files.clear()
+        self.closed.clear()
+        self.parts.clear()
         self.generation += 1
         return sealed
 
     def abort(self) -> None:
-        """Close and delete every open staged file (shutdown without a seal)."""
-        for open_file in self.files.values():
+        """Close and delete every staged file of the generation (shutdown without a seal)."""
+        for open_file in [*self.files.values(), *self.closed]:
             with contextlib.suppress(Exception):
                 open_file.writer.close()
             (self.staging / open_file.staged).unlink(missing_ok=True)
         self.files.clear()
+        self.closed.clear()
+        self.parts.clear()
+
+    def _spill(self) -> None:
+        """Close the least recently appended file to make room for another writer.
+
+        Its metadata names the offsets of the rows it holds (the generation's
+        range is not known before ``seal``); it is published with the rest.
+        """
+        key = next(iter(self.files))
+        open_file = self.files.pop(key)
+        self._write_pending(open_file)
+        open_file.writer.add_key_value_metadata(
+            {
+                "kip714.first_offset": str(open_file.first_offset),
+                "kip714.last_offset": str(open_file.last_offset),
+                "kip714.schema_version": SCHEMA_VERSION,
+                "kip714.table": open_file.table,
+            }
+        )
+        open_file.writer.close()
+        self.closed.append(open_file)
 
     def _append(self, table: str, hour: int, rows: pa.Table) -> None:
         key = (table, hour)
-        open_file = self.files.get(key)
+        open_file = self.files.pop(key, None)
         if open_file is None:
+            if len(self.files) >= self.config.max_open_files:
+                self._spill()
+            part = self.parts.get(key, 0)
+            self.parts[key] = part + 1
             staged = (
                 f"{self.config.token}-g{self.generation:06d}-w{self.config.worker_id}"
-                f"-{table}-{hour}{STAGED_SUFFIX}"
+                f"-{table}-{hour}-p{part}{STAGED_SUFFIX}"
             )
             writer = pq.ParquetWriter(
                 self.staging / staged,
@@ -177,7 +231,14 @@ class WorkerLanding:
                 use_byte_stream_split=list(_FLOAT_COLUMNS) if table == METRICS_TABLE else False,
                 use_dictionary=_dictionary_columns(table),
             )
-            open_file = self.files[key] = _OpenFile(table, hour, staged, writer)
+            open_file = _OpenFile(table, hour, part, staged, writer)
+        self.files[key] = open_file  # (re)inserted last: the most recently appended
+        offsets = pc.min_max(rows.column("push_offset"))
+        low, high = offsets["min"].as_py(), offsets["max"].as_py()
+        open_file.first_offset = low if open_file.first_offset is None else open_file.first_offset
+        open_file.last_offset = (
+            high if open_file.last_offset is None else max(open_file.last_offset, high)
+        )
         open_file.pending.append(rows)
         open_file.pending_rows += rows.num_rows
         if open_file.pending_rows >= self.config.row_group_rows:

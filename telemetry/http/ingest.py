@@ -11,6 +11,7 @@ from telemetry.kafka_listener import wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from concurrent.futures import Executor
 
     from telemetry.kafka_listener import PushLog
     from telemetry.manager import TelemetryManager
@@ -38,3 +39,6 @@ class HttpIngest:
     clock: Callable[[], int] = wall_clock_ms
     throttle: RequestThrottle = no_throttle
     stats: HttpIngestStats = field(default_factory=HttpIngestStats)
+    #: Where pushes expanding past the inline limit are decompressed (the Kafka
+    #: listener's threads in the server); ``None``: the loop's default executor.
+    decompressor: Executor | None = None

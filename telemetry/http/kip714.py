@@ -37,12 +37,13 @@ from aiohttp import web
 
 from telemetry.client_instance import RequestContext
 from telemetry.client_uuid import ZERO_UUID, Uuid
-from telemetry.errors import ErrorCode
+from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
 from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
 from telemetry.http.otlp import peer
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
-from telemetry.manager import AcceptedPush, PushTelemetryResponse
+from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
+from telemetry.manager import AcceptedPush, DeferredPush, PushTelemetryResponse
 
 if TYPE_CHECKING:
     from telemetry.http.ingest import HttpIngest
@@ -266,8 +267,11 @@ class PushHandler:
             metrics=metrics,
             context=context,
             now_ms=ingest.clock(),
+            inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
-        if isinstance(outcome, AcceptedPush):
+        if isinstance(outcome, DeferredPush):
+            outcome = await self._finish_deferred(outcome)
+        elif isinstance(outcome, AcceptedPush):
             outcome = await self.log_push(outcome)
         fields = _error_fields(outcome.error_code, outcome.throttle_time_ms)
         return _answer(fields, throttle_time_ms=outcome.throttle_time_ms)
@@ -281,6 +285,44 @@ class PushHandler:
         """
         logged = self._log(accepted)
         return logged if isinstance(logged, PushTelemetryResponse) else await logged
+
+    async def _finish_deferred(self, deferred: DeferredPush) -> PushTelemetryResponse:
+        """Decompress off the event loop, then log; the manager hears the outcome exactly once.
+
+        As in :meth:`log_push`, everything after the decompression happens in
+        callbacks, so a handler cancelled meanwhile leaves the instance in the
+        state the decompression and the log decided.
+        """
+        loop = asyncio.get_running_loop()
+        decompressed = loop.run_in_executor(self._ingest.decompressor, deferred.outcome)
+        answer: asyncio.Future[PushTelemetryResponse] = loop.create_future()
+
+        def answered(outcome: PushTelemetryResponse) -> None:
+            if not answer.done():  # the handler may have been cancelled meanwhile
+                answer.set_result(outcome)
+
+        def done(future: asyncio.Future[bytes | TelemetryError]) -> None:
+            outcome: bytes | TelemetryError
+            if future.cancelled():
+                outcome = ThrottlingQuotaExceededError("the server is stopping")
+            elif (error := future.exception()) is not None:
+                # Codec refusals come back as values: this is a bug or a MemoryError.
+                _log.error("decompressing a push failed", exc_info=error)
+                outcome = ThrottlingQuotaExceededError(f"decompression failed: {error}")
+            else:
+                outcome = future.result()
+            result = self._ingest.manager.finish_deferred(deferred, outcome)
+            if not isinstance(result, AcceptedPush):
+                answered(result)
+                return
+            logged = self._log(result)
+            if isinstance(logged, PushTelemetryResponse):
+                answered(logged)
+            else:
+                logged.add_done_callback(lambda f: answered(f.result()))
+
+        decompressed.add_done_callback(done)
+        return await answer
 
     def _log(
         self, accepted: AcceptedPush

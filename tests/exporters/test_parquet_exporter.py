@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import resource
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberData
 from exporters import registry
 from exporters.api import BufferingExporter, TransientExportError
 from exporters.parquet import ParquetExporter
+from exporters.parquet.worker import WorkerConfig, WorkerLanding
 from tests.exporters.parquet_support import (
     every_file_reads,
     land,
@@ -24,6 +26,7 @@ from tests.exporters.parquet_support import (
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, T1, payload, push
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from exporters.api import LoggedPush
@@ -206,18 +209,100 @@ async def test_durable_offset_follows_exports_when_nothing_is_pending(tmp_path: 
 
 
 async def test_many_hours_at_once_seal_the_generation_early(tmp_path: Path) -> None:
-    # A client with a wild clock: 130 data points in 130 different hours.
-    points = [NumberDataPoint(time_unix_nano=T1 + h * HOUR_NS, as_int=h) for h in range(130)]
-    wild = payload(Metric(name="wild", gauge=Gauge(data_points=points)))
+    # A replay of a log spanning 130 hours: each push received (and timed) in
+    # its own hour, so 130 honest partitions in one batch.
+    batch = []
+    for h in range(130):
+        points = [NumberDataPoint(time_unix_nano=T1 + h * HOUR_NS, as_int=h)]
+        data = payload(Metric(name="replayed", gauge=Gauge(data_points=points)))
+        batch.append(push(data, offset=1 + h, received_time_ms=(T1 + h * HOUR_NS) // 10**6))
     exporter = ParquetExporter({"path": str(tmp_path), "max_file_age_s": 3600})
     await exporter.start()
     try:
-        await exporter.export([push(wild, offset=1)])
+        await exporter.export(batch)
         deadline = time.monotonic() + 20
         while exporter.stats.pending_rows < 130 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        await exporter.export(pushes(2, 1))  # the next export sees 130 open files and seals
-        assert exporter.durable_offset() == 3
-        assert len(parquet_files(tmp_path)) == 130
+        # The worker kept 128 files open, closing the two least recent early.
+        assert exporter.stats.spilled_files == 2
+        await exporter.export(pushes(200, 1))  # the next export sees 128 open files and seals
+        assert exporter.durable_offset() == 201
+        assert len(parquet_files(tmp_path)) == 131  # 130 hours, and the last push's
+        assert every_file_reads(tmp_path) == 130 + rows_for(1)
     finally:
         await exporter.close()
+
+
+def _points_in_hours(hours: range) -> bytes:
+    points = [NumberDataPoint(time_unix_nano=T1 + h * HOUR_NS, as_int=h) for h in hours]
+    return payload(Metric(name="wild", gauge=Gauge(data_points=points)))
+
+
+@pytest.fixture
+def common_fd_limit() -> Iterator[None]:
+    """The usual soft limit of 1024 open files, inherited by the worker process."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.usefixtures("common_fd_limit")
+def test_a_push_spanning_3000_hours_lands_in_bounded_partitions(tmp_path: Path) -> None:
+    """A wild clock must not choose how many files a push opens (fd exhaustion, replay loop)."""
+    received_ms = T1 // 10**6
+    wild = push(_points_in_hours(range(-1500, 1500)), offset=1, received_time_ms=received_ms)
+    exporter = land(tmp_path, [[wild]])
+    rows = read_rows(tmp_path)
+    assert len(rows) == 3000  # every point landed, each with its own time
+    assert sorted(r["time"] for r in rows) == [
+        (T1 + h * HOUR_NS) // 1000 for h in range(-1500, 1500)
+    ]
+    # Within 24 h of the receive time: the point's own hour; beyond: the receive hour.
+    received_hour = received_ms // 3_600_000
+    skewed = [abs(r["time"] - received_ms * 1000) > 24 * 3_600_000_000 for r in rows]
+    hours = {
+        received_hour if far else r["time"] // 3_600_000_000
+        for r, far in zip(rows, skewed, strict=True)
+    }
+    assert sum(skewed) == exporter.stats.skewed_times == 3000 - 48
+    assert len(parquet_files(tmp_path)) == len(hours) == 48  # not 3,000
+    for row, far in zip(rows, skewed, strict=True):
+        expected_hour = received_hour if far else row["time"] // 3_600_000_000
+        assert row["hour"] == expected_hour % 24
+    assert exporter.stats.spilled_files == 0
+
+
+def test_more_hours_than_open_files_spill_and_still_land_once(tmp_path: Path) -> None:
+    """Past the per-worker cap the least recent writer is closed; its hour gets a new part."""
+    landing = WorkerLanding(
+        WorkerConfig(str(tmp_path), 0, "t", False, None, 1000, max_open_files=4)
+    )
+    (tmp_path / "_landing" / "staging").mkdir(parents=True)
+
+    def batch(offset: int, hours: list[int]) -> list[LoggedPush]:
+        return [
+            push(
+                _points_in_hours(range(h, h + 1)),
+                offset=offset + n,
+                received_time_ms=(T1 + h * HOUR_NS) // 10**6,
+            )
+            for n, h in enumerate(hours)
+        ]
+
+    first = landing.batch(batch(10, [0, 1, 2, 3, 4, 5]))  # 6 hours: the 2 eldest spill
+    assert (first.open_files, first.spilled_files) == (4, 2)
+    second = landing.batch(batch(16, [0, 1]))  # those 2 again: new parts, 2 more spill
+    assert (second.open_files, second.spilled_files) == (4, 2)
+    sealed = landing.seal(10, 17)
+    names = sorted(f.final.rsplit("/", 1)[1] for f in sealed)
+    assert len(sealed) == 8  # hours 0 and 1 have two parts each
+    assert sum(name.endswith("-p1.parquet") for name in names) == 2
+    assert sum(f.rows for f in sealed) == 8
+    spilled = [f for f in sealed if f.staged.endswith("-p0.parquet.tmp") and f.rows == 1]
+    assert spilled
+    meta = pq.read_metadata(tmp_path / "_landing" / "staging" / sealed[0].staged).metadata
+    assert meta[b"kip714.table"] == b"metrics"
+    assert int(meta[b"kip714.first_offset"]) >= 10

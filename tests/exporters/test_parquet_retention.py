@@ -28,7 +28,9 @@ def gauge_push(offset: int, time_ns: int) -> Any:
         name=f"probe.m{offset}",
         gauge=Gauge(data_points=[NumberDataPoint(time_unix_nano=time_ns, as_double=1.0)]),
     )
-    return push(payload(metric), offset=offset)
+    # Received when measured: a point more than a day from its receive time
+    # would be filed under the receive hour (docs/landing.md, skewed clocks).
+    return push(payload(metric), offset=offset, received_time_ms=time_ns // 1_000_000)
 
 
 def partitions(root: Path) -> set[str]:

@@ -376,6 +376,26 @@ def zstd_stream(data: bytes) -> bytes:
     return bytes(compressor.compress(data) + compressor.flush())
 
 
+def zstd_declaring(content_size: int, produced: int) -> bytes:
+    """A zstd frame declaring ``content_size`` whose RLE blocks produce ``produced`` bytes.
+
+    Written by hand so a frame claiming a GiB costs nothing to build: a header
+    with an 8-byte content size and a 2 MiB window (not single-segment), then
+    4-byte RLE blocks of up to 128 KiB of zeros each (32 KiB for a GiB).
+    """
+    rle_block = 128 * 1024  # zstd's largest block
+    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0xC0, 11 << 3])
+    out = bytearray(header + content_size.to_bytes(8, "little"))
+    left = produced
+    while True:
+        size = min(left, rle_block)
+        left -= size
+        last = 1 if left == 0 else 0
+        out += ((size << 3) | (1 << 1) | last).to_bytes(3, "little") + b"\x00"
+        if last:
+            return bytes(out)
+
+
 COMPRESSORS: dict[str, tuple[CompressionType, Callable[[bytes], bytes]]] = {
     "none": (CompressionType.NONE, bytes),
     "gzip": (CompressionType.GZIP, gzip.compress),

@@ -15,6 +15,7 @@ import zstandard
 
 from telemetry.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
 from telemetry.errors import ErrorCode, InvalidRecordError, TelemetryTooLargeError
+from tests.telemetry.kafka_wire_client import zstd_declaring
 
 PAYLOAD = os.urandom(700) + b"org.apache.kafka.producer.record.queue.time.avg " * 200
 BOMB_SIZE = 48 * 1024 * 1024  # what each bomb would expand to
@@ -256,3 +257,104 @@ def test_zstd_window_beyond_the_limit_is_too_large_not_corrupt() -> None:
     with pytest.raises(TelemetryTooLargeError, match="window"):
         decompress(CompressionType.ZSTD, frame, BOUND)
     assert decompress(CompressionType.ZSTD, frame, 64 * 1024 * 1024) == b"abc" * 100
+
+
+GIB = 1024 * 1024 * 1024
+RLE_BLOCK = 128 * 1024  # zstd's largest block
+
+
+def test_hand_made_zstd_frame_is_what_zstd_reads() -> None:
+    frame = zstd_declaring(300_000, 300_000)
+    assert zstandard.frame_content_size(frame) == 300_000
+    assert zstandard.ZstdDecompressor().decompress(frame) == bytes(300_000)
+    assert decompress(CompressionType.ZSTD, frame, 300_000) == bytes(300_000)
+
+
+@pytest.mark.parametrize(
+    "produced", [GIB, RLE_BLOCK], ids=["honest-gib", "declares-gib-holds-128k"]
+)
+def test_zstd_frame_declaring_a_gib_is_refused_before_allocating(produced: int) -> None:
+    """python-zstandard sizes its one-shot buffer by the declared size, ignoring max_output_size."""
+    frame = zstd_declaring(GIB, produced)
+    assert len(frame) < 40 * 1024  # 32 KiB on the wire for the honest one
+    tracemalloc.start()
+    try:
+        with pytest.raises(TelemetryTooLargeError) as info:
+            decompress(CompressionType.ZSTD, frame, 16 * 1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.error_code == ErrorCode.TELEMETRY_TOO_LARGE
+    assert "declare" in str(info.value)
+    assert peak < 1024 * 1024  # the header alone decided
+
+
+def test_zstd_declared_sizes_add_up_across_frames() -> None:
+    frame = zstd_declaring(40 * 1024, 40 * 1024)
+    assert decompress(CompressionType.ZSTD, frame + frame, 80 * 1024) == bytes(80 * 1024)
+    with pytest.raises(TelemetryTooLargeError, match="declare"):
+        decompress(CompressionType.ZSTD, frame + frame, 80 * 1024 - 1)
+
+
+def test_zstd_frame_declaring_less_than_it_holds_is_corrupt_not_larger() -> None:
+    frame = zstd_declaring(1000, 200_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises((InvalidRecordError, TelemetryTooLargeError)):
+            decompress(CompressionType.ZSTD, frame, BOUND)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * BOUND + 1024 * 1024
+
+
+def test_lz4_frame_declaring_more_than_the_bound_is_refused_from_its_header() -> None:
+    compressor = lz4.frame.LZ4FrameCompressor()
+    parts: list[bytes] = [compressor.begin(source_size=BOMB_SIZE)]
+    parts += [compressor.compress(c) for c in zero_chunks(BOMB_SIZE)]
+    frame = b"".join(parts) + bytes(compressor.flush())
+    assert lz4.frame.get_frame_info(frame)["content_size"] == BOMB_SIZE
+    tracemalloc.start()
+    try:
+        with pytest.raises(TelemetryTooLargeError):
+            decompress(CompressionType.LZ4, frame, BOUND)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024  # refused from the header: nothing decompressed
+    honest = lz4.frame.compress(PAYLOAD, store_size=True)
+    assert decompress(CompressionType.LZ4, honest, len(PAYLOAD)) == PAYLOAD
+    with pytest.raises(TelemetryTooLargeError):
+        decompress(CompressionType.LZ4, honest, len(PAYLOAD) - 1)
+
+
+@pytest.mark.parametrize("name", BOMBS)
+def test_every_codec_output_is_bounded_in_memory_near_the_bound(name: str) -> None:
+    """Bounded by what the codec produces: the peak follows the bound, not the bomb."""
+    codec, build = BOMBS[name]
+    bomb = build()
+    bound = 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(TelemetryTooLargeError):
+            decompress(codec, bomb, bound)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(bomb) + 4 * bound + 1024 * 1024
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_sharing_the_gil_gives_the_same_output_and_bounds(name: str) -> None:
+    codec, encode = ENCODERS[name]
+    data = encode(PAYLOAD)
+    assert decompress(codec, data, len(PAYLOAD), share_gil=True) == PAYLOAD
+    with pytest.raises(TelemetryTooLargeError):
+        decompress(codec, data, len(PAYLOAD) - 1, share_gil=True)
+
+
+@pytest.mark.parametrize("name", BOMBS)
+def test_sharing_the_gil_stops_bombs_at_the_bound(name: str) -> None:
+    codec, build = BOMBS[name]
+    with pytest.raises(TelemetryTooLargeError):
+        decompress(codec, build(), BOUND, share_gil=True)

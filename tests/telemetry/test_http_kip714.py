@@ -12,6 +12,7 @@ identity fields, a cancelled handler).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import uuid
 from typing import TYPE_CHECKING
 
@@ -19,9 +20,11 @@ import pytest
 
 from telemetry.client_instance import RequestContext
 from telemetry.client_uuid import Uuid
+from telemetry.codecs import CompressionType
 from telemetry.errors import ErrorCode
 from telemetry.http.kip714 import PushHandler
 from telemetry.ingest import LogConfig
+from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
 from telemetry.manager import AcceptedPush, PushTelemetryResponse
 from telemetry.telemetry_config import TelemetryConfig
 from tests.telemetry.http_support import HttpServer, kafka_uuid, running_http
@@ -294,3 +297,40 @@ async def test_a_cancelled_push_still_completes_in_the_manager(server: HttpServe
     )
     assert isinstance(after, PushTelemetryResponse)
     assert after.error_code == ErrorCode.INVALID_REQUEST
+
+
+async def test_a_push_expanding_past_the_inline_limit_is_decompressed_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    """HTTP defers large decompressions as the Kafka listener does, with the same outcome."""
+    telemetry = TelemetryConfig(max_bytes=1024 * 1024, max_decompressed_bytes=4 * 1024 * 1024)
+    large = otlp_payload("org.apache.kafka.producer.large", points=20_000)
+    assert len(large) > INLINE_DECOMPRESSED_BYTES
+    too_large = large * ((telemetry.max_decompressed_bytes // len(large)) + 1)
+    clock = ManualClock()
+    async with (
+        running_server(tmp_path, telemetry=telemetry, clock=clock) as kafka,
+        running_http(kafka) as server,
+    ):
+        client = await server.connect()
+        sub = await client.subscribe()
+        accepted = await client.push(
+            sub.client_instance_id,
+            sub.subscription_id,
+            gzip.compress(large),
+            int(CompressionType.GZIP),
+        )
+        clock.advance(INTERVAL_MS)
+        refused = await client.push(
+            sub.client_instance_id,
+            sub.subscription_id,
+            gzip.compress(too_large),
+            int(CompressionType.GZIP),
+        )
+        logged = await server.pushes()
+        deferred = server.manager.stats.deferred_decompressions
+
+    assert (accepted.error_code, accepted.throttle_time_ms) == (ErrorCode.NONE, 0)
+    assert refused.error_code == ErrorCode.TELEMETRY_TOO_LARGE
+    assert [push.payload for push in logged] == [large]
+    assert deferred == 2

@@ -6,6 +6,7 @@ instance timestamps start at 0 and the first request's gate depends on it.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 from dataclasses import replace
 
@@ -20,6 +21,7 @@ from telemetry.codecs import CompressionType
 from telemetry.errors import ConfigError, ErrorCode
 from telemetry.manager import (
     AcceptedPush,
+    DeferredPush,
     GetTelemetrySubscriptionsResponse,
     PushTelemetryResponse,
     TelemetryManager,
@@ -66,7 +68,7 @@ def validate(
     metrics: bytes | None = b"test-data",
     ctx: RequestContext = CTX,
 ) -> AcceptedPush | PushTelemetryResponse:
-    return manager.validate_push(
+    result = manager.validate_push(
         client_instance_id=uuid,
         subscription_id=subscription_id,
         terminating=terminating,
@@ -75,6 +77,8 @@ def validate(
         context=ctx,
         now_ms=now_ms,
     )
+    assert not isinstance(result, DeferredPush)  # only with inline_max_bytes
+    return result
 
 
 def push(
@@ -724,3 +728,144 @@ def test_config_errors_name_key_and_value(
     assert key in str(info.value)
     assert repr(value) in str(info.value)
     assert info.value.error_code == ErrorCode.INVALID_CONFIG
+
+
+# --- terminating pushes: bounded now that a failed one does not lock (KAFKA-20898) ---------
+
+
+def gzip_bomb(size: int) -> bytes:
+    return gzip.compress(bytes(size), compresslevel=9)
+
+
+def test_failing_terminating_pushes_cost_one_decompression_per_interval() -> None:
+    manager = new_manager(max_bytes=10_000, max_decompressed_bytes=100_000)
+    first = get(manager, T0)
+    uuid, sid = first.client_instance_id, first.subscription_id
+    bomb = gzip_bomb(200_000)  # decompresses past the bound: 118, never locks
+    codes = [
+        push(manager, T0 + n, uuid, sid, terminating=True, compression=1, metrics=bomb).error_code
+        for n in range(50)
+    ]
+    assert codes[0] == ErrorCode.TELEMETRY_TOO_LARGE
+    assert set(codes[1:]) == {ErrorCode.THROTTLING_QUOTA_EXCEEDED}
+    assert manager.stats.decompressions == 1
+    # A GET within the interval is not exempt after 89 (nor after 118).
+    assert get(manager, T0 + 100, uuid).error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    # One interval later, one more.
+    later = T0 + instance_of(manager, uuid).push_interval_ms
+    again = [
+        push(manager, later + n, uuid, sid, terminating=True, compression=1, metrics=bomb)
+        for n in range(5)
+    ]
+    assert [r.error_code for r in again] == [ErrorCode.TELEMETRY_TOO_LARGE] + 4 * [
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    ]
+    assert manager.stats.decompressions == 2
+
+
+def test_terminating_push_right_after_a_regular_push_is_still_accepted() -> None:
+    manager = new_manager()
+    first = get(manager, T0)
+    uuid, sid = first.client_instance_id, first.subscription_id
+    assert push(manager, T0 + 10, uuid, sid).error_code == ErrorCode.NONE
+    assert push(manager, T0 + 20, uuid, sid, terminating=True).error_code == ErrorCode.NONE
+    assert instance_of(manager, uuid).terminating
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        ({"subscription_delta": 1}, ErrorCode.UNKNOWN_SUBSCRIPTION_ID),
+        ({"compression": 9}, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    ],
+    ids=["117", "76"],
+)
+def test_terminating_retry_after_117_or_76_lands(bad: dict[str, int], code: ErrorCode) -> None:
+    """The client re-GETs at once (exempt) and retries; that retry passes the gate."""
+    manager = new_manager()
+    first = get(manager, T0)
+    uuid, sid = first.client_instance_id, first.subscription_id
+    assert push(manager, T0 + 10, uuid, sid).error_code == ErrorCode.NONE
+    refused = push(
+        manager,
+        T0 + 20,
+        uuid,
+        sid + bad.get("subscription_delta", 0),
+        terminating=True,
+        compression=bad.get("compression", 0),
+    )
+    assert refused.error_code == code
+    # Without the GET, a second terminating push in the interval is refused...
+    assert push(manager, T0 + 25, uuid, sid, terminating=True).error_code == (
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    )
+    # ...but the refusal above was 89, so the GET is no longer exempt: redo the
+    # client's real sequence (refusal, then GET at once) on a fresh instance.
+    manager = new_manager()
+    first = get(manager, T0)
+    uuid, sid = first.client_instance_id, first.subscription_id
+    assert push(manager, T0 + 10, uuid, sid).error_code == ErrorCode.NONE
+    refused = push(
+        manager,
+        T0 + 20,
+        uuid,
+        sid + bad.get("subscription_delta", 0),
+        terminating=True,
+        compression=bad.get("compression", 0),
+    )
+    assert refused.error_code == code
+    assert get(manager, T0 + 21, uuid).error_code == ErrorCode.NONE
+    assert push(manager, T0 + 22, uuid, sid, terminating=True).error_code == ErrorCode.NONE
+    assert instance_of(manager, uuid).terminating
+
+
+def test_one_get_admits_one_terminating_push() -> None:
+    manager = new_manager()
+    first = get(manager, T0)
+    uuid, sid = first.client_instance_id, first.subscription_id
+    assert push(manager, T0 + 1, uuid, sid + 1, terminating=True).error_code == (
+        ErrorCode.UNKNOWN_SUBSCRIPTION_ID
+    )
+    assert get(manager, T0 + 2, uuid).error_code == ErrorCode.NONE  # exempt after 117
+    assert push(manager, T0 + 3, uuid, sid + 1, terminating=True).error_code == (
+        ErrorCode.UNKNOWN_SUBSCRIPTION_ID
+    )
+    assert get(manager, T0 + 4, uuid).error_code == ErrorCode.NONE
+    # Each GET admitted exactly one push; with no GET since, the next is refused.
+    assert push(manager, T0 + 5, uuid, sid + 1, terminating=True).error_code == (
+        ErrorCode.UNKNOWN_SUBSCRIPTION_ID
+    )
+    assert push(manager, T0 + 6, uuid, sid, terminating=True).error_code == (
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    )
+
+
+def test_decompression_comes_after_every_cheap_check() -> None:
+    """A fresh instance's first push is gated like any other before anything is decompressed."""
+    manager = new_manager(max_bytes=10_000, max_decompressed_bytes=100_000)
+    bomb = gzip_bomb(200_000)
+    first = get(manager, T0)
+    uuid, sid = first.client_instance_id, first.subscription_id
+    for kwargs in (
+        {"subscription_id": sid + 1},
+        {"compression_type": 9},
+        {"metrics": bomb + bytes(10_000)},  # over max_bytes as sent
+    ):
+        fresh = get(manager, T0)
+        arguments: dict[str, object] = {
+            "client_instance_id": fresh.client_instance_id,
+            "subscription_id": fresh.subscription_id,
+            "terminating": True,
+            "compression_type": 1,
+            "metrics": bomb,
+            "context": CTX,
+            "now_ms": T0,
+        }
+        arguments.update(kwargs)
+        refused = manager.validate_push(**arguments)  # type: ignore[arg-type]
+        assert isinstance(refused, PushTelemetryResponse)
+    assert manager.stats.decompressions == 0
+    assert push(manager, T0, uuid, sid, compression=1, metrics=bomb).error_code == (
+        ErrorCode.TELEMETRY_TOO_LARGE
+    )
+    assert manager.stats.decompressions == 1
