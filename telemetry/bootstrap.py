@@ -29,7 +29,7 @@ from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from exporters.api import Exporter
     from telemetry.subscriptions import Subscription
@@ -72,6 +72,9 @@ class Server:
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.http_address: tuple[str, int] | None = None
+        self.stopping = False
+        #: Failures of the log or an exporter seen while running (sticky): exit status 1.
+        self.failures: dict[str, str] = {}
 
     async def start(self) -> None:
         settings = self.settings
@@ -85,8 +88,13 @@ class Server:
         await self._unregister_removed_exporters()
         self.listener = KafkaListener(settings.kafka, self.manager, self.log)
         kafka_address = await self.listener.start()
-        registry = make_registry(ServerCollector(self.manager, self.listener, self.log, self.hosts))
-        self._runner = web.AppRunner(create_app(registry, self.health), access_log=None)
+        collector = ServerCollector(
+            self.manager, self.listener, self.log, self.hosts, readiness=self.readiness
+        )
+        registry = make_registry(collector)
+        self._runner = web.AppRunner(
+            create_app(registry, self.health, self.readiness), access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
         await site.start()
@@ -103,24 +111,71 @@ class Server:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, finish in-flight pushes, drain and close exporters, close the log."""
+        """Stop accepting, finish in-flight pushes, drain and close exporters, close the log.
+
+        Every step runs even if an earlier one raised or was cancelled (each
+        is bounded), so one stuck exporter cannot keep the others from
+        committing nor the log from closing; a cancellation of ``stop`` is
+        re-raised once all of them are done.
+        """
+        self.stopping = True
+        self._note_failures()
+        cancelled: asyncio.CancelledError | None = None
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("instance expiry", self._stop_sweeper)
+        ]
+        if self.listener is not None:
+            steps.append(("kafka listener", self.listener.close))
+        if self._runner is not None:
+            steps.append(("http listener", self._runner.cleanup))
+        steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
+        if self.log is not None:
+            steps.append(("ingest log", self.log.close))
+        for name, step in steps:
+            try:
+                await step()
+            except asyncio.CancelledError as error:
+                _log.warning("stopping: %s was cancelled; carrying on with the rest", name)
+                cancelled = error
+            except Exception:
+                _log.exception("stopping: %s failed; carrying on with the rest", name)
+        self._note_failures()
+        _log.info("kip714 stopped")
+        if cancelled is not None:
+            raise cancelled
+
+    async def _stop_sweeper(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        if self.listener is not None:
-            await self.listener.stop_accepting()
-            await self.listener.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+
+    def _note_failures(self) -> None:
+        """Remember failures of the log and of exporters: they decide the exit status."""
+        if self.log is not None and self.log.failure is not None:
+            self.failures.setdefault("ingest log", f"ingest log failed: {self.log.failure}")
         for host in self.hosts:
-            try:
-                await host.stop()
-            except Exception:
-                _log.exception("exporter %s failed to close", host.name)
-        if self.log is not None:
-            await self.log.close()
-        _log.info("kip714 stopped")
+            if host.failure is not None:
+                self.failures.setdefault(f"exporter {host.name}", host.failure)
+
+    def readiness(self) -> list[str]:
+        """Why the server should not get traffic now; empty when it is ready."""
+        reasons: list[str] = []
+        if self.stopping:
+            reasons.append("the server is stopping")
+        log = self.log
+        if log is None or self.listener is None:
+            reasons.append("the server is starting")
+        elif log.failure is not None:
+            reasons.append(f"the ingest log cannot append: it failed: {log.failure}")
+        elif log.full:
+            reasons.append(f"the ingest log cannot append: {log.stats.last_refusal_reason}")
+        for host in self.hosts:
+            problem = host.problem()
+            if problem is not None:
+                reasons.append(problem)
+        self._note_failures()
+        return reasons
 
     def reload_subscriptions(self) -> None:
         """SIGHUP: re-read the subscriptions; clients see them on their next request."""
@@ -141,11 +196,14 @@ class Server:
         _log.info("SIGHUP: subscriptions reloaded: %s", ", ".join(sorted(wanted)))
 
     def health(self) -> dict[str, object]:
+        """Liveness with the details: answered while the process runs."""
         log = self.log
-        ok = log is not None and self.listener is not None and not log.stats.full
+        reasons = self.readiness()
         return {
-            "ok": ok,
-            "log_full": bool(log and log.stats.full),
+            "ok": not reasons,
+            "reasons": reasons,
+            "log_full": bool(log and log.full),
+            "log_failed": bool(log and log.failure is not None),
             "client_instances": self.manager.instance_count,
             "exporter_lag": {host.name: host.lag for host in self.hosts},
         }

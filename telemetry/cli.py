@@ -142,7 +142,11 @@ def tune_garbage_collector() -> None:
 
 
 async def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions."""
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions.
+
+    Exits 0 after an orderly stop, 1 if the ingest log or an exporter failed
+    while running (see ``Server.failures``).
+    """
     server = Server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -162,4 +166,8 @@ async def serve(settings: Settings) -> int:
     await stop.wait()
     _log.info("kip714 stopping")
     await server.stop()
+    if server.failures:
+        # Landed data may be missing until the next start: say so to the supervisor.
+        _log.error("kip714 exits with status 1: %s", "; ".join(server.failures.values()))
+        return 1
     return 0

@@ -266,21 +266,20 @@ def _exporters(table: Mapping[str, Any]) -> tuple[ExporterSettings, ...]:
         _refuse_unknown(key + ".", exporter, known)
         if "type" not in exporter:
             raise ConfigError(f"{key}.type", None, "every exporter names its type (an entry point)")
+        tuning: dict[str, Any] = {
+            field_name: _int(f"{key}.{field_name}", exporter[field_name], 1)
+            for field_name in known - {"type", "options", *_EXPORTER_SECONDS}
+            if field_name in exporter
+        }
+        for field_name in _EXPORTER_SECONDS:
+            if field_name in exporter:
+                tuning[field_name] = _seconds(f"{key}.{field_name}", exporter[field_name])
         exporters.append(
             ExporterSettings(
                 name=name,
                 type=_string(f"{key}.type", exporter["type"]),
                 options=dict(_table(f"{key}.options", exporter.get("options", {}))),
-                **{
-                    field_name: _int(f"{key}.{field_name}", exporter[field_name], 1)
-                    for field_name in known - {"type", "options", *_EXPORTER_SECONDS}
-                    if field_name in exporter
-                },
-                **{
-                    field_name: _seconds(f"{key}.{field_name}", exporter[field_name])
-                    for field_name in _EXPORTER_SECONDS
-                    if field_name in exporter
-                },
+                **tuning,
             )
         )
     return tuple(exporters)

@@ -29,7 +29,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exporters.api import BufferingExporter, ExportError
 from telemetry.ingest import LogClosedError, LogFailedError
@@ -352,7 +352,7 @@ class ExporterHost:
         """
         loop = asyncio.get_running_loop()
         arrival: asyncio.Future[None] = asyncio.ensure_future(self.log.wait_for(self.position))
-        stop = asyncio.ensure_future(self._stopping.wait())
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
         try:
             while True:
                 self._doing = f"waiting for offset {self.position}"

@@ -16,6 +16,7 @@ A push is acknowledged (error NONE) only after the ingest log has it on disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -61,6 +62,8 @@ _log = logging.getLogger(__name__)
 #: Kafka's ``socket.request.max.bytes`` is 100 MiB; telemetry needs far less,
 #: and the limit is also the most one connection may buffer.
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+#: How long a closing connection may take to flush its last bytes on shutdown.
+CLOSE_GRACE_S = 2.0
 
 
 def wall_clock_ms() -> int:
@@ -141,12 +144,21 @@ class KafkaListener:
         return self._bound
 
     async def stop_accepting(self) -> None:
+        """Close the listening socket; open connections carry on until ``close``.
+
+        ``Server.wait_closed()`` is not awaited here: from Python 3.12 it also
+        waits for every connection to end, which an idle client never does.
+        """
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
 
     async def close(self, drain_timeout_s: float = 5.0) -> None:
-        """Stop accepting, let pushes being logged finish (bounded), then close every connection."""
+        """Stop accepting, let pushes being logged finish (bounded), then close every connection.
+
+        Every wait is bounded: a peer that stopped reading cannot flush its
+        last responses, so its connection is aborted after ``CLOSE_GRACE_S``;
+        only then is the server's ``wait_closed`` awaited (also bounded).
+        """
         if self._server is not None:
             self._server.close()
         pending = [
@@ -154,10 +166,18 @@ class KafkaListener:
         ]
         if pending:
             await asyncio.wait(pending, timeout=drain_timeout_s)
-        for connection in list(self._connections):
+        connections = list(self._connections)
+        for connection in connections:
             connection.close("shutdown")
+        lost = [connection.lost for connection in connections if not connection.lost.done()]
+        if lost:
+            await asyncio.wait(lost, timeout=CLOSE_GRACE_S)
+            for connection in connections:
+                if not connection.lost.done():
+                    connection.abort()
         if self._server is not None:
-            await self._server.wait_closed()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), CLOSE_GRACE_S)
             self._server = None
 
     # -- connections -------------------------------------------------------------------------

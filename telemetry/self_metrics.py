@@ -25,7 +25,7 @@ from telemetry.exporter_host import EXPORT_BUCKETS_S
 from telemetry.ingest import FSYNC_BUCKETS_S
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from telemetry.exporter_host import ExporterHost
     from telemetry.ingest import IngestLog
@@ -53,17 +53,25 @@ class ServerCollector(Collector):
         listener: KafkaListener,
         log: IngestLog,
         hosts: Sequence[ExporterHost],
+        readiness: Callable[[], list[str]] | None = None,
     ) -> None:
         self.manager = manager
         self.listener = listener
         self.log = log
         self.hosts = hosts
+        self.readiness = readiness
 
     def collect(self) -> Iterable[Metric]:
         yield from self._telemetry()
         yield from self._listener()
         yield from self._log()
         yield from self._exporters()
+        if self.readiness is not None:
+            yield GaugeMetricFamily(
+                "kip714_ready",
+                "1 while /readyz answers 200; 0 while it lists reasons (log, exporters, stopping).",
+                value=0.0 if self.readiness() else 1.0,
+            )
 
     def _telemetry(self) -> Iterable[Metric]:
         stats = self.manager.stats
