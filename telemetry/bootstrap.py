@@ -135,8 +135,13 @@ class Server:
             try:
                 await step()
             except asyncio.CancelledError as error:
-                _log.warning("stopping: %s was cancelled; carrying on with the rest", name)
-                cancelled = error
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # stop() itself is being cancelled: finish the (bounded) steps first.
+                    _log.warning("stopping: cancelled during %s; finishing the other steps", name)
+                    cancelled = error
+                else:  # a step raised CancelledError of its own: a failure of that step
+                    _log.error("stopping: %s was cancelled; carrying on with the rest", name)
             except Exception:
                 _log.exception("stopping: %s failed; carrying on with the rest", name)
         self._note_failures()
