@@ -152,8 +152,9 @@ class Server:
     async def _stop_sweeper(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            # wait(), not `await task` under suppress(CancelledError): that would
+            # also swallow a cancellation of stop() itself.
+            await asyncio.wait({self._sweeper})
 
     def _note_failures(self) -> None:
         """Remember failures of the log and of exporters: they decide the exit status."""

@@ -281,8 +281,9 @@ class ParquetExporter:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await timer
+            # wait(), not `await timer` under suppress(CancelledError): that would
+            # also swallow a cancellation of close() itself.
+            await asyncio.wait({timer})
 
     # -- generations ---------------------------------------------------------------------------
 
