@@ -13,8 +13,12 @@ from exporters.api import TransientExportError
 from exporters.parquet import ParquetExporter
 from exporters.parquet.pool import WorkerHandle
 from exporters.parquet.worker import WorkerConfig
+from telemetry.config import ExporterSettings
+from telemetry.exporter_host import ExporterHost
+from telemetry.ingest import IngestLog
 from tests.exporters.parquet_support import every_file_reads, land_async, parquet_files, read_rows
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
+from tests.telemetry.ingest.support import context
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -156,3 +160,107 @@ async def test_a_reply_for_a_cancelled_request_does_not_shift_later_replies(
         assert second == ("sealed", [])
     finally:
         await handle.stop()
+
+
+HOST = ExporterSettings(name="landing", type="parquet", batch_max_records=20)
+
+
+async def _logged(tmp_path: Path) -> IngestLog:
+    log = await IngestLog.open(tmp_path / "log")
+    data = (PRODUCER_PUSH.read_bytes(), CONSUMER_PUSH.read_bytes())
+    for seq in range(PUSHES):
+        await log.append(context(seq), data[seq % 2])
+    return log
+
+
+def published_end(root: Path) -> int:
+    """One past the highest offset in a published file (0 if none)."""
+    rows = read_rows(root) if parquet_files(root) else []
+    return max((r["push_offset"] for r in rows), default=-1) + 1
+
+
+async def _replay_until_landed(log: IngestLog, root: Path) -> None:
+    options = {"path": str(root), "workers": 2, "max_file_age_s": 3600}
+    host = ExporterHost(HOST, ParquetExporter(options), log)
+    await host.start()
+    await asyncio.wait_for(_wait_exported(host), 30)
+    await host.stop()
+    assert log.committed(host.consumer) == PUSHES
+
+
+async def _wait_exported(host: ExporterHost) -> None:
+    while host.position < PUSHES:
+        await asyncio.sleep(0.01)
+
+
+async def test_a_host_stop_cancelled_while_sealing_commits_nothing_unpublished(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "landing"
+    log = await _logged(tmp_path)
+    try:
+        exporter = ParquetExporter({"path": str(root), "workers": 2, "max_file_age_s": 3600})
+        host = ExporterHost(HOST, exporter, log)
+        await host.start()
+        await asyncio.wait_for(_wait_exported(host), 30)
+        await _until(lambda: all(f.done() for f in exporter._gen_batches))
+        stopping = asyncio.create_task(host.stop())
+        await _until(lambda: all(h.in_flight for h in exporter._handles))  # sealing
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        # Nothing was published, so nothing is committed; the exporter is closed.
+        assert parquet_files(root) == []
+        assert log.committed(host.consumer) == 0
+        # The next start (same log, same landing) lands every push once.
+        await _replay_until_landed(log, root)
+    finally:
+        await log.close()
+    assert_landed_exactly_once(root)
+
+
+@pytest.mark.parametrize("drain_timeout_s", [0.001, 0.05, 0.3])
+async def test_a_drain_cut_short_never_commits_past_published_rows(
+    tmp_path: Path, drain_timeout_s: float
+) -> None:
+    root = tmp_path / "landing"
+    log = await _logged(tmp_path)
+    try:
+        # Small generations: the timeout lands in exports, seals, publications or commits.
+        options = {"path": str(root), "workers": 2, "max_rows_per_file": 50}
+        host = ExporterHost(HOST, ParquetExporter(options), log)
+        await host.start()
+        await host.stop(drain_timeout_s=drain_timeout_s)
+        assert log.committed(host.consumer) <= published_end(root)
+        await _replay_until_landed(log, root)
+    finally:
+        await log.close()
+    assert_landed_exactly_once(root)
+
+
+async def test_a_drain_timeout_landing_in_a_seal_during_export_commits_nothing_unpublished(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "landing"
+    log = await _logged(tmp_path)
+    try:
+        # Every export seals its generation, so the host's task is caught sealing.
+        options = {"path": str(root), "workers": 2, "max_pending_bytes": 1}
+        exporter = ParquetExporter(options)
+        host = ExporterHost(HOST, exporter, log)
+        await host.start()
+        await _until(
+            lambda: (
+                exporter._gen_lock.locked()
+                and exporter._gen_first is not None
+                and all(h.in_flight for h in exporter._handles)
+            )
+        )
+        sealing = exporter._gen_first
+        await host.stop(drain_timeout_s=0.0)  # the drain times out: the task is cancelled
+        assert exporter.durable_offset() == sealing
+        assert log.committed(host.consumer) == sealing <= published_end(root)
+        await _replay_until_landed(log, root)
+    finally:
+        await log.close()
+    assert_landed_exactly_once(root)
