@@ -11,7 +11,6 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
