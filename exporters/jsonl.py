@@ -168,6 +168,10 @@ def _write_batch(file: IO[bytes], batch: tuple[LoggedPush, ...]) -> FlattenStats
     except OSError as exc:
         try:
             file.truncate(position)
+            # truncate() leaves the file position where the partial write
+            # ended; the next batch must not take that stale end as its start
+            # (cutting back to it would pad the file with NUL bytes).
+            file.seek(position)
         except OSError:
             _log.exception("jsonl exporter could not cut back a partly written batch")
         raise TransientExportError(f"writing {file.name!r} failed: {exc}") from exc

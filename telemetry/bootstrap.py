@@ -11,7 +11,6 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
     from pathlib import Path
 
     from exporters.api import Exporter
@@ -117,6 +116,9 @@ class Server:
         self._serving = False
         self._data_dir_lock: DataDirLock | None = None
         self.rollup_retention: PeriodicRetention | None = None
+        self.stopping = False
+        #: Failures of the log or an exporter seen while running (sticky): exit status 1.
+        self.failures: dict[str, str] = {}
 
     async def start(self) -> None:
         """Build the exporters, lock the data directory, then open and start the rest.
@@ -154,16 +156,20 @@ class Server:
             raise _cannot_listen(
                 "kafka", settings.kafka.host, settings.kafka.port, error
             ) from error
-        registry = make_registry(
-            ServerCollector(
-                self.manager, self.listener, self.log, self.hosts, self.rollup_retention
-            )
+        collector = ServerCollector(
+            self.manager,
+            self.listener,
+            self.log,
+            self.hosts,
+            self.rollup_retention,
+            readiness=self.readiness,
         )
+        registry = make_registry(collector)
         ingest = HttpIngest(
             manager=self.manager, log=self.log, decompressor=self.listener.decompressor
         )
         registry.register(HttpIngestCollector(ingest.stats))
-        app = create_app(registry, self.health)
+        app = create_app(registry, self.health, self.readiness)
         add_ingest_routes(app, ingest)
         # The ingestion routes decode Content-Encoding themselves, bounded.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
@@ -189,29 +195,87 @@ class Server:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, finish in-flight pushes, drain and close exporters, close the log."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        """Stop accepting, finish in-flight pushes, drain and close exporters, close the log.
+
+        Every step runs even if an earlier one raised or was cancelled (each
+        is bounded), so one stuck exporter cannot keep the others from
+        committing nor the log from closing; a cancellation of ``stop`` is
+        re-raised once all of them are done.
+        """
+        self.stopping = True
+        self._note_failures()
+        cancelled: asyncio.CancelledError | None = None
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("instance expiry", self._stop_sweeper)
+        ]
         if self.listener is not None:
-            await self.listener.stop_accepting()
-            await self.listener.close()
+            steps.append(("kafka listener", self.listener.close))
         if self._runner is not None:
-            await self._runner.cleanup()
+            steps.append(("http listener", self._runner.cleanup))
         if self.rollup_retention is not None:
-            await self.rollup_retention.stop()
-        for host in self.hosts:
-            try:
-                await host.stop()
-            except Exception:
-                _log.exception("exporter %s failed to close", host.name)
+            steps.append(("rollup retention", self.rollup_retention.stop))
+        steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
         if self.log is not None:
-            await self.log.close()
+            steps.append(("ingest log", self.log.close))
         if self._data_dir_lock is not None:
-            self._data_dir_lock.release()
+            steps.append(("data directory lock", self._release_data_dir))
+        for name, step in steps:
+            try:
+                await step()
+            except asyncio.CancelledError as error:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # stop() itself is being cancelled: finish the (bounded) steps first.
+                    _log.warning("stopping: cancelled during %s; finishing the other steps", name)
+                    cancelled = error
+                else:  # a step raised CancelledError of its own: a failure of that step
+                    _log.error("stopping: %s was cancelled; carrying on with the rest", name)
+            except Exception:
+                _log.exception("stopping: %s failed; carrying on with the rest", name)
+        self._note_failures()
         if self._serving:  # a failed start ends with its one error line, nothing after it
             _log.info("kip714 stopped")
+        if cancelled is not None:
+            raise cancelled
+
+    async def _release_data_dir(self) -> None:
+        lock, self._data_dir_lock = self._data_dir_lock, None
+        if lock is not None:
+            lock.release()
+
+    async def _stop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            # wait(), not `await task` under suppress(CancelledError): that would
+            # also swallow a cancellation of stop() itself.
+            await asyncio.wait({self._sweeper})
+
+    def _note_failures(self) -> None:
+        """Remember failures of the log and of exporters: they decide the exit status."""
+        if self.log is not None and self.log.failure is not None:
+            self.failures.setdefault("ingest log", f"ingest log failed: {self.log.failure}")
+        for host in self.hosts:
+            if host.failure is not None:
+                self.failures.setdefault(f"exporter {host.name}", host.failure)
+
+    def readiness(self) -> list[str]:
+        """Why the server should not get traffic now; empty when it is ready."""
+        reasons: list[str] = []
+        if self.stopping:
+            reasons.append("the server is stopping")
+        log = self.log
+        if log is None or self.listener is None:
+            reasons.append("the server is starting")
+        elif log.failure is not None:
+            reasons.append(f"the ingest log cannot append: it failed: {log.failure}")
+        elif log.full:
+            reasons.append(f"the ingest log cannot append: {log.stats.last_refusal_reason}")
+        for host in self.hosts:
+            problem = host.problem()
+            if problem is not None:
+                reasons.append(problem)
+        self._note_failures()
+        return reasons
 
     def reload_subscriptions(self) -> None:
         """SIGHUP: re-read the subscriptions; clients see them on their next request."""
@@ -232,11 +296,14 @@ class Server:
         _log.info("SIGHUP: subscriptions reloaded: %s", ", ".join(sorted(wanted)))
 
     def health(self) -> dict[str, object]:
+        """Liveness with the details: answered while the process runs."""
         log = self.log
-        ok = log is not None and self.listener is not None and not log.stats.full
+        reasons = self.readiness()
         return {
-            "ok": ok,
-            "log_full": bool(log and log.stats.full),
+            "ok": not reasons,
+            "reasons": reasons,
+            "log_full": bool(log and log.full),
+            "log_failed": bool(log and log.failure is not None),
             "client_instances": self.manager.instance_count,
             "exporter_lag": {host.name: host.lag for host in self.hosts},
         }

@@ -163,7 +163,11 @@ def tune_garbage_collector() -> None:
 
 
 async def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions."""
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions.
+
+    Exits 0 after an orderly stop, 1 if the ingest log or an exporter failed
+    while running (see ``Server.failures``).
+    """
     server = Server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -175,10 +179,18 @@ async def serve(settings: Settings) -> int:
     except DataDirLockedError:
         raise  # nothing was opened, so there is nothing to stop (and nothing to log)
     except Exception:
+        # A failed start ends with its one error line: undoing the parts that
+        # did start is routine, so only warnings and errors of it are shown.
+        root = logging.getLogger()
+        root.setLevel(max(root.level, logging.WARNING))
         await server.stop()
         raise
     tune_garbage_collector()
     await stop.wait()
     _log.info("kip714 stopping")
     await server.stop()
+    if server.failures:
+        # Landed data may be missing until the next start: say so to the supervisor.
+        _log.error("kip714 exits with status 1: %s", "; ".join(server.failures.values()))
+        return 1
     return 0

@@ -56,6 +56,12 @@ class ExporterSettings:
     batch_max_bytes: int = 8 * 1024 * 1024
     retry_initial_ms: int = 100
     retry_max_ms: int = 30_000
+    #: Readiness reports the exporter stalled when it is behind and has
+    #: committed nothing for this long.
+    stall_timeout_s: float = 300.0
+    #: On stop, the drain and the final flush each get this long; what is not
+    #: exported by then stays in the log for the next start.
+    drain_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,6 +298,9 @@ def _subscriptions(table: Mapping[str, Any]) -> tuple[Subscription, ...]:
     return tuple(subscriptions)
 
 
+_EXPORTER_SECONDS = ("stall_timeout_s", "drain_timeout_s")
+
+
 def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
     known = {
         "type",
@@ -300,6 +309,7 @@ def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettin
         "batch_max_bytes",
         "retry_initial_ms",
         "retry_max_ms",
+        *_EXPORTER_SECONDS,
     }
     exporters = []
     for name, raw in table.items():
@@ -312,16 +322,20 @@ def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettin
         options = dict(_table(f"{key}.options", exporter.get("options", {})))
         if "path" not in options and type_name in _DEFAULT_PATHS:
             options["path"] = str(_DEFAULT_PATHS[type_name](data_dir, name))
+        tuning: dict[str, Any] = {
+            field_name: _int(f"{key}.{field_name}", exporter[field_name], 1)
+            for field_name in known - {"type", "options", *_EXPORTER_SECONDS}
+            if field_name in exporter
+        }
+        for field_name in _EXPORTER_SECONDS:
+            if field_name in exporter:
+                tuning[field_name] = _seconds(f"{key}.{field_name}", exporter[field_name])
         exporters.append(
             ExporterSettings(
                 name=name,
                 type=type_name,
                 options=options,
-                **{
-                    field_name: _int(f"{key}.{field_name}", exporter[field_name], 1)
-                    for field_name in known - {"type", "options"}
-                    if field_name in exporter
-                },
+                **tuning,
             )
         )
     return tuple(exporters)
@@ -351,6 +365,12 @@ def _string(key: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(key, value, "expected a non-empty string")
     return value
+
+
+def _seconds(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(key, value, "expected a positive number of seconds")
+    return float(value)
 
 
 def _int(key: str, value: object, minimum: int | None) -> int:

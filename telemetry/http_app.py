@@ -1,4 +1,4 @@
-"""The HTTP front door (aiohttp): health and Prometheus metrics.
+"""The HTTP front door (aiohttp): liveness, readiness and Prometheus metrics.
 
 The composition root adds the ingestion routes (``telemetry.http``:
 OTLP/HTTP and KIP-714 over HTTP) to this app.
@@ -18,15 +18,28 @@ if TYPE_CHECKING:
 
 
 def create_app(
-    registry: CollectorRegistry, health: Callable[[], dict[str, object]]
+    registry: CollectorRegistry,
+    health: Callable[[], dict[str, object]],
+    readiness: Callable[[], list[str]] | None = None,
 ) -> web.Application:
-    """``GET /healthz`` (200 while healthy, 503 otherwise) and ``GET /metrics``."""
+    """``GET /healthz`` (liveness), ``GET /readyz`` (readiness) and ``GET /metrics``.
+
+    ``/healthz`` answers 200 while the process runs, with the details in its
+    JSON; ``/readyz`` answers 503 with the reasons while the server cannot
+    take or land pushes (see ``Server.readiness``), 200 otherwise.
+    """
     app = web.Application()
 
     async def healthz(request: web.Request) -> web.Response:
-        status = health()
-        return web.json_response(status, status=200 if status.get("ok") else 503)
+        return web.json_response(health())
+
+    async def readyz(request: web.Request) -> web.Response:
+        reasons = readiness() if readiness is not None else []
+        return web.json_response(
+            {"ready": not reasons, "reasons": reasons}, status=503 if reasons else 200
+        )
 
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     return app

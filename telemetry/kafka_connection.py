@@ -108,6 +108,7 @@ class KafkaConnection(asyncio.Protocol):
         self._mute: asyncio.TimerHandle | None = None
         self.idle = asyncio.get_running_loop().create_future()  # done when nothing is in flight
         self.idle.set_result(None)
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -135,6 +136,8 @@ class KafkaConnection(asyncio.Protocol):
             self._finish("reset" if exc is not None else "eof")
         if self._mute is not None:
             self._mute.cancel()
+        if not self.lost.done():
+            self.lost.set_result(None)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -238,6 +241,13 @@ class KafkaConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
         self._finish(reason)
+
+    def abort(self) -> None:
+        """Drop the socket now, unsent data included: a closing peer that stopped reading
+        would otherwise keep it open (and the server's shutdown waiting) for good."""
+        self.close("shutdown")
+        if self._transport is not None:
+            self._transport.abort()
 
     def _finish(self, reason: str) -> None:
         self._frames.clear()

@@ -72,6 +72,8 @@ _log = logging.getLogger(__name__)
 #: Kafka's ``socket.request.max.bytes`` is 100 MiB; telemetry needs far less,
 #: and the limit is also the most one connection may buffer.
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+#: How long a closing connection may take to flush its last bytes on shutdown.
+CLOSE_GRACE_S = 2.0
 
 #: Decompressed output produced on the event loop (≈0.1–0.5 ms of zstd or
 #: gzip); a payload expanding further goes to the decompression threads.
@@ -179,12 +181,21 @@ class KafkaListener:
         return self._bound
 
     async def stop_accepting(self) -> None:
+        """Close the listening socket; open connections carry on until ``close``.
+
+        ``Server.wait_closed()`` is not awaited here: from Python 3.12 it also
+        waits for every connection to end, which an idle client never does.
+        """
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
 
     async def close(self, drain_timeout_s: float = 5.0) -> None:
-        """Stop accepting, let pushes being logged finish (bounded), then close every connection."""
+        """Stop accepting, let pushes being logged finish (bounded), then close every connection.
+
+        Every wait is bounded: a peer that stopped reading cannot flush its
+        last responses, so its connection is aborted after ``CLOSE_GRACE_S``;
+        only then is the server's ``wait_closed`` awaited (also bounded).
+        """
         if self._server is not None:
             self._server.close()
         pending = [
@@ -192,13 +203,21 @@ class KafkaListener:
         ]
         if pending:
             await asyncio.wait(pending, timeout=drain_timeout_s)
-        for connection in list(self._connections):
+        connections = list(self._connections)
+        for connection in connections:
             connection.close("shutdown")
+        lost = [connection.lost for connection in connections if not connection.lost.done()]
+        if lost:
+            await asyncio.wait(lost, timeout=CLOSE_GRACE_S)
+            for connection in connections:
+                if not connection.lost.done():
+                    connection.abort()
         # A decompression still running finishes in its thread (it cannot be
         # interrupted, and is bounded); queued ones are dropped unanswered.
         self.decompressor.shutdown(wait=False, cancel_futures=True)
         if self._server is not None:
-            await self._server.wait_closed()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), CLOSE_GRACE_S)
             self._server = None
 
     # -- connections -------------------------------------------------------------------------

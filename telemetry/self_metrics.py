@@ -26,7 +26,7 @@ from telemetry.exporter_host import EXPORT_BUCKETS_S
 from telemetry.ingest import FSYNC_BUCKETS_S
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from exporters.retention import PeriodicRetention
     from telemetry.exporter_host import ExporterHost
@@ -56,12 +56,14 @@ class ServerCollector(Collector):
         log: IngestLog,
         hosts: Sequence[ExporterHost],
         rollup_retention: PeriodicRetention | None = None,
+        readiness: Callable[[], list[str]] | None = None,
     ) -> None:
         self.manager = manager
         self.listener = listener
         self.log = log
         self.hosts = hosts
         self.rollup_retention = rollup_retention
+        self.readiness = readiness
 
     def collect(self) -> Iterable[Metric]:
         yield from self._telemetry()
@@ -69,6 +71,12 @@ class ServerCollector(Collector):
         yield from self._log()
         yield from self._exporters()
         yield from self._retention()
+        if self.readiness is not None:
+            yield GaugeMetricFamily(
+                "kip714_ready",
+                "1 while /readyz answers 200; 0 while it lists reasons (log, exporters, stopping).",
+                value=0.0 if self.readiness() else 1.0,
+            )
 
     def _telemetry(self) -> Iterable[Metric]:
         stats = self.manager.stats

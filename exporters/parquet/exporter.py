@@ -15,8 +15,18 @@ between publishing a generation and the host's commit.
 A worker that dies or fails, or a publication that fails, stops the landing
 (fail-stop, as the ingest log does after a failed fsync): the generation in
 progress is not published, every later ``export`` raises
-``TransientExportError``, and a restart resumes from the last manifest.
-Nothing is lost or duplicated; the log keeps the data until then.
+``TransientExportError``, ``failure`` says why, and a restart resumes from
+the last manifest. Nothing is lost or duplicated; the log keeps the data
+until then.
+
+Cancellation (a shutdown whose drain timed out) is safe at every await: a
+seal that is cancelled *abandons* its generation (the workers' replies are
+no longer awaited, so what they staged can never be named by a manifest);
+``durable_offset`` then stays at the generation's first offset for good and
+the landing refuses further work, so the host never commits past it and the
+next start replays the generation. A publication already under way is
+finished first (it is a few renames and fsyncs), so a manifest is either
+written and accounted for, or not written at all.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from exporters.api import LoggedPush, TransientExportError
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
+from exporters.parquet.cancellation import run_to_completion
 from exporters.parquet.log_epoch import LogEpoch, open_landing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
 from exporters.parquet.retention import landing_retention
@@ -136,6 +147,7 @@ class ParquetExporter:
         self._started = False
         self._closed = False
         self._failure: str | None = None
+        self._abandoned: str | None = None  # a generation given up by cancellation
         self._durable = 0  # every offset below is published (or had nothing to land)
         self._next = 0  # offsets below were published before this start, or exported since
         self._gen_first: int | None = None
@@ -212,6 +224,15 @@ class ParquetExporter:
         """Partitions and bytes ``retention_hours`` deleted; ``None`` when retention is off."""
         return self._retention.stats if self._retention is not None else None
 
+    @property
+    def failure(self) -> str | None:
+        """Why the landing stopped (fail-stop, until a restart), or ``None`` while it works.
+
+        A generation abandoned by a cancelled shutdown is not a failure: it is
+        replayed at the next start.
+        """
+        return self._failure
+
     def durable_offset(self) -> int:
         """The first offset not yet in a published file (see the module docstring)."""
         if self._gen_first is not None:
@@ -265,25 +286,33 @@ class ParquetExporter:
         if self._closed:
             return
         self._closed = True
-        if self._retention is not None:
-            await self._retention.stop()
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
         try:
-            if self._started and self._failure is None:
+            if self._retention is not None:
+                await self._retention.stop()  # a pass in progress finishes first
+            if self._started:
+                # Under the lock: an age-timer roll in progress finishes first,
+                # rather than being cancelled half-way.
                 async with self._gen_lock:
-                    try:
-                        await self._roll()
-                    except TransientExportError:
-                        _log.error("parquet landing could not publish its last generation")
+                    await self._stop_timer()
+                    if self._failure is None and self._abandoned is None:
+                        try:
+                            await self._roll()
+                        except TransientExportError:
+                            _log.error("parquet landing could not publish its last generation")
         finally:
+            await self._stop_timer()
             await self._shutdown_workers()
             if self._lock_file is not None:
                 await asyncio.to_thread(_unlock, self._lock_file)
                 self._lock_file = None
+
+    async def _stop_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+            # wait(), not `await timer` under suppress(CancelledError): that would
+            # also swallow a cancellation of close() itself.
+            await asyncio.wait({timer})
 
     # -- generations ---------------------------------------------------------------------------
 
@@ -346,17 +375,33 @@ class ParquetExporter:
             # Every batch of the generation must have landed in the staged
             # files, or the generation is not published at all.
             outcomes = await asyncio.gather(*self._gen_batches, *seals, return_exceptions=True)
+        except asyncio.CancelledError:
+            self._abandon(first, last)
+            raise
+        try:
             for outcome in outcomes:
+                if isinstance(outcome, asyncio.CancelledError):
+                    # Only a cancelled seal cancels these: never publish without them.
+                    self._abandon(first, last)
+                    raise TransientExportError(self._abandoned)
                 if isinstance(outcome, BaseException):
                     raise outcome
-            replies: list[Any] = list(outcomes[len(self._gen_batches) :])
-            files: list[PublishedFile] = [f for reply in replies for f in reply[1]]
+        except (WorkerFailedError, OSError, ValueError) as error:
+            self._fail(f"publishing offsets {first}..{last} failed: {error}")
+            raise TransientExportError(self._failure) from error
+        replies: list[Any] = list(outcomes[len(self._gen_batches) :])
+        files: list[PublishedFile] = [f for reply in replies for f in reply[1]]
+        await run_to_completion(self._publish(first, last, files))
+
+    async def _publish(self, first: int, last: int, files: list[PublishedFile]) -> None:
+        """Publish a sealed generation and account for it: one step, never cut by a cancel."""
+        try:
             if files:
                 manifest = publishing.Manifest(
                     first, last, tuple(files), self._epoch.log_id, self._epoch.epoch
                 )
                 await asyncio.to_thread(publishing.publish, self.root, manifest)
-        except (WorkerFailedError, OSError, ValueError) as error:
+        except (OSError, ValueError) as error:
             self._fail(f"publishing offsets {first}..{last} failed: {error}")
             raise TransientExportError(self._failure) from error
         stats = self.stats
@@ -375,16 +420,33 @@ class ParquetExporter:
         self._gen_rows = self._gen_bytes = self._gen_open_files = 0
         stats.pending_rows = 0
 
+    def _abandon(self, first: int, last: int) -> None:
+        """Give up the generation ``first..last`` for this run: its seal was cancelled.
+
+        The workers may still finish sealing, but their replies are no longer
+        awaited, so no manifest ever names those staged files (recovery
+        deletes them). ``durable_offset`` stays at ``first`` and the landing
+        takes no more work, so nothing after ``first`` is committed either.
+        """
+        if self._abandoned is None:
+            self._abandoned = (
+                f"parquet landing {self.root}: sealing offsets {first}..{last} was cancelled; "
+                f"they are landed after the next start (from offset {first})"
+            )
+            _log.warning("%s", self._abandoned)
+
     async def _age_timer(self) -> None:
         """Publish a generation once it is ``max_file_age_s`` old, however quiet the traffic."""
         tick = min(1.0, self.max_file_age_s / 4)
         while True:
             await asyncio.sleep(tick)
-            if self._gen_first is None or self._failure is not None:
+            if self._gen_first is None or self._failure is not None or self._abandoned:
                 continue
             if time.monotonic() - self._gen_started < self.max_file_age_s:
                 continue
             async with self._gen_lock:
+                if self._closed or self._abandoned is not None:
+                    return
                 with contextlib.suppress(TransientExportError):
                     await self._roll()
 
@@ -402,6 +464,8 @@ class ParquetExporter:
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise TransientExportError(self._failure)
+        if self._abandoned is not None:
+            raise TransientExportError(self._abandoned)
 
     async def _shutdown_workers(self) -> None:
         handles, self._handles = self._handles, []

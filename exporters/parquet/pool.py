@@ -111,6 +111,9 @@ class WorkerHandle:
         def resolve() -> None:
             if not self._pending:
                 return
+            # Popped whatever its state: each request gets exactly one reply, in
+            # order, so a reply whose awaiter was cancelled (a seal given up at
+            # shutdown) is consumed here and the next reply meets the next request.
             future = self._pending.popleft()
             if future.done():
                 return

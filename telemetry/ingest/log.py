@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from telemetry.cancellation import run_to_completion
 from telemetry.ingest.config import LogConfig
 from telemetry.ingest.errors import (
     LogClosedError,
@@ -87,6 +89,8 @@ class IngestLog:
         self._failure: BaseException | None = None
         self._closing = False
         self._closed = asyncio.Event()
+        self._close_task: asyncio.Future[None] | None = None
+        self._refused_length = 0
         self._writer_task = asyncio.get_running_loop().create_task(
             self._write_loop(), name=f"ingest-log-writer:{directory}"
         )
@@ -181,53 +185,82 @@ class IngestLog:
         )
         self.stats.refused_full += 1
         self.stats.last_refusal_reason = reason
+        self._refused_length = length
         if not self.stats.full:
             self.stats.full = True
             logger.warning("%s; refusing pushes with THROTTLING_QUOTA_EXCEEDED", reason)
         return LogFullError(self._config.full_throttle_ms, reason)
 
     async def _write_loop(self) -> None:
+        """Write whatever is queued, group by group, until closed with nothing queued.
+
+        The loop only sleeps when nothing is queued, so appends queued while a
+        group was being written (or before ``close``) are never left behind.
+        """
+        try:
+            while True:
+                if not self._pending_futures:
+                    if self._closing:
+                        return
+                    await self._wakeup.wait()
+                    self._wakeup.clear()
+                    continue
+                parts, lengths, futures = (
+                    self._pending_parts,
+                    self._pending_lengths,
+                    self._pending_futures,
+                )
+                self._pending_parts, self._pending_lengths, self._pending_futures = [], [], []
+                # A group is written, published and answered as one step: a
+                # cancellation must not leave a writev running on a descriptor
+                # that close() is about to release, nor durable records whose
+                # appenders never hear back.
+                await run_to_completion(self._commit_group(parts, lengths, futures))
+        except asyncio.CancelledError:
+            self._closing = True
+            self._fail_queued(LogClosedError("ingest log writer was cancelled"))
+            raise
+
+    async def _commit_group(
+        self, parts: list[bytes], lengths: list[int], futures: list[asyncio.Future[None]]
+    ) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            parts, lengths, futures = (
-                self._pending_parts,
-                self._pending_lengths,
-                self._pending_futures,
-            )
-            if not futures:
-                if self._closing:
-                    return
-                continue
-            self._pending_parts, self._pending_lengths, self._pending_futures = [], [], []
-            first = self._durable_end
-            size = sum(lengths)
-            if self._failure is None:
-                try:
-                    touched = await loop.run_in_executor(
-                        self._executor, self._writer.write_group, parts, lengths, first
-                    )
-                except Exception as exc:  # any failure leaves the file state unknown
-                    logger.exception("ingest log write failed; refusing appends until reopened")
-                    self._failure = exc
-                    self._wake_readers()
-                else:
-                    self._publish(touched, first + len(futures))
-            self._pending_bytes -= size
-            if self._failure is not None:
-                error = LogFailedError(f"ingest log write failed: {self._failure}")
-                for future in futures:
-                    if not future.done():
-                        future.set_exception(error)
-                continue
-            self.stats.appends += len(futures)
-            self.stats.appended_bytes += size
-            self.stats.group_commits += 1
-            self.stats.largest_group = max(self.stats.largest_group, len(futures))
+        first = self._durable_end
+        size = sum(lengths)
+        if self._failure is None:
+            try:
+                touched = await loop.run_in_executor(
+                    self._executor, self._writer.write_group, parts, lengths, first
+                )
+            except Exception as exc:  # any failure leaves the file state unknown
+                logger.error("ingest log write failed; refusing appends until reopened: %s", exc)
+                logger.debug("ingest log write failure", exc_info=exc)
+                self._failure = exc
+                self._wake_readers()
+            else:
+                self._publish(touched, first + len(futures))
+        self._pending_bytes -= size
+        if self._failure is not None:
+            error = LogFailedError(f"ingest log write failed: {self._failure}")
             for future in futures:
                 if not future.done():
-                    future.set_result(None)
+                    future.set_exception(error)
+            return
+        self.stats.appends += len(futures)
+        self.stats.appended_bytes += size
+        self.stats.group_commits += 1
+        self.stats.largest_group = max(self.stats.largest_group, len(futures))
+        for future in futures:
+            if not future.done():
+                future.set_result(None)
+
+    def _fail_queued(self, error: Exception) -> None:
+        futures, self._pending_futures = self._pending_futures, []
+        self._pending_parts, self._pending_lengths = [], []
+        self._pending_bytes = 0
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
 
     def _publish(self, touched: list[SegmentState], durable_end: int) -> None:
         """Make a synced group visible to readers and to the budget, atomically."""
@@ -275,6 +308,24 @@ class IngestLog:
         elsewhere compares this id to notice a log that was deleted or replaced.
         """
         return self._log_id
+
+    @property
+    def failure(self) -> str | None:
+        """Why appends are refused for good (a failed write or fsync), else ``None``."""
+        return None if self._failure is None else f"{type(self._failure).__name__}: {self._failure}"
+
+    @property
+    def full(self) -> bool:
+        """True while the disk budget has no room for the last record it refused.
+
+        Unlike ``stats.full`` (which changes on the next append), this clears
+        as soon as retention frees the room, so readiness does not keep
+        clients away from a log that could take their pushes again.
+        """
+        if not self.stats.full:
+            return False
+        needed = self._retained + self._pending_bytes + self._refused_length
+        return needed > self._config.max_bytes
 
     def read(
         self, from_offset: int, max_records: int = 1000, max_bytes: int = 4 * _MIB
@@ -424,18 +475,26 @@ class IngestLog:
         """Finish queued appends, then release the log. Idempotent.
 
         Appends already accepted are written and acknowledged; later ones
-        raise ``LogClosedError``, and so do waiters in ``wait_for``.
+        raise ``LogClosedError``, and so do waiters in ``wait_for``. A
+        cancelled caller does not stop the close half-way: it goes on in its
+        own task (every step is bounded by one group's write), and the next
+        ``close`` call awaits the same task.
         """
-        if self._closing:
-            await self._closed.wait()
-            return
-        self._closing = True
-        self._wakeup.set()
+        if self._close_task is None:
+            self._closing = True
+            self._wakeup.set()
+            self._close_task = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
         try:
-            await self._writer_task
-            async with self._positions.lock:
-                self._writer.close()
-                self._executor.shutdown(wait=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                # CancelledError here is the writer's: queued appends were failed.
+                await asyncio.shield(self._writer_task)
         finally:
+            # The lock waits out a positions save in flight; the writer thread is idle.
+            async with self._positions.lock:
+                self._executor.shutdown(wait=True)
+                self._writer.close()
             self._new_data.set()
             self._closed.set()

@@ -15,6 +15,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from telemetry.cancellation import run_to_completion
 from telemetry.ingest.segment import fsync_directory
 
 if TYPE_CHECKING:
@@ -85,7 +86,10 @@ class ConsumerPositions:
     The view is updated only after the new file is on disk, so retention,
     which trusts the view, never deletes a segment a crash could make a
     consumer need again. ``lock`` serializes saves, so the file never goes
-    back to an older state when commits overlap.
+    back to an older state when commits overlap. A save runs to its end even
+    when its caller is cancelled (the thread writing the temp file cannot be
+    stopped), and keeps the lock until then: two threads never write the temp
+    file at once, and the view never misses a save that reached the disk.
     """
 
     def __init__(self, directory: Path, positions: Mapping[str, int]) -> None:
@@ -122,5 +126,8 @@ class ConsumerPositions:
             return True
 
     async def _save(self, positions: dict[str, int]) -> None:
-        await asyncio.to_thread(save_positions, self._directory, positions)
-        self._positions = positions
+        async def save_and_apply() -> None:
+            await asyncio.to_thread(save_positions, self._directory, positions)
+            self._positions = positions
+
+        await run_to_completion(save_and_apply())
