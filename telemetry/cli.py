@@ -142,13 +142,13 @@ def tune_garbage_collector() -> None:
 
 
 async def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions."""
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads subscriptions, quotas and limits."""
     server = Server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.reload_subscriptions)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_config)
     try:
         await server.start()
     except OSError as error:

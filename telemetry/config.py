@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
@@ -61,6 +62,8 @@ class Settings:
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
     exporters: tuple[ExporterSettings, ...] = ()
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
     config_path: Path | None = None
 
     @property
@@ -137,7 +140,17 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     _refuse_unknown(
         "",
         document,
-        {"data_dir", "telemetry", "kafka", "http", "log", "subscriptions", "exporters"},
+        {
+            "data_dir",
+            "telemetry",
+            "kafka",
+            "http",
+            "log",
+            "subscriptions",
+            "exporters",
+            "quotas",
+            "limits",
+        },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
     subscriptions = (
@@ -153,9 +166,19 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     http_host, http_port = parse_host_port(
         "http.listen", _section("http", document, {"listen"}).get("listen", DEFAULT_HTTP_LISTEN)
     )
+    kafka = _kafka(_section("kafka", document, {"listen", "advertised", "max_frame_bytes"}))
+    limits = parse_limits(_table("limits", document.get("limits", {})))
+    if limits.queued_max_request_bytes < kafka.max_frame_bytes + 4:
+        # A frame the pool cannot hold whole could never be read.
+        raise ConfigError(
+            "limits.queued_max_request_bytes",
+            limits.queued_max_request_bytes,
+            f"must hold at least one maximal frame (kafka.max_frame_bytes + 4 = "
+            f"{kafka.max_frame_bytes + 4})",
+        )
     return Settings(
         data_dir=data_dir,
-        kafka=_kafka(_section("kafka", document, {"listen", "advertised", "max_frame_bytes"})),
+        kafka=kafka,
         http_host=http_host,
         http_port=http_port,
         telemetry=_telemetry(
@@ -179,6 +202,8 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         ),
         subscriptions=subscriptions,
         exporters=exporters,
+        quotas=parse_quotas(_table("quotas", document.get("quotas", {}))),
+        limits=limits,
     )
 
 

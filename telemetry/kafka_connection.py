@@ -9,7 +9,11 @@ through a callback, not a task.
 
 Memory per connection is bounded: reading pauses while a frame is in flight
 and more than a few frames (or more than one maximal frame) are buffered,
-and while the peer does not read its responses.
+and while the peer does not read its responses. Across connections, the
+bytes held (partial frames included) count against the listener's
+``queued_max_request_bytes`` pool, which pauses readers when it is full.
+Reading is paused for any of several reasons at once (a backlog, a mute, the
+memory pool, a delayed admission) and resumes when none is left.
 """
 
 from __future__ import annotations
@@ -21,19 +25,31 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from telemetry.client_instance import RequestContext
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from telemetry.enforcement import RequestMemoryPool
 
 _log = logging.getLogger(__name__)
 
 #: Frames buffered beyond the one in flight before reading pauses.
 MAX_QUEUED_FRAMES = 8
 
+# Why reading is paused (bits): it resumes when none is left.
+_BACKLOG = 1  # frames queued up, or more than a frame buffered
+_MUTED = 2  # a throttle is being served (KIP-219)
+_MEMORY = 4  # the queued_max_request_bytes pool is full
+_ADMISSION = 8  # the acceptor delays the connection (creation rate) or will close it
+
 
 class CloseConnectionError(Exception):
     """The request cannot be answered; close the connection (Kafka does the same)."""
+
+
+_NO_CLIENT_ID = ClientEntity(ANONYMOUS_USER, "")
 
 
 @dataclass(slots=True)
@@ -47,10 +63,13 @@ class ConnectionState:
     software_name: str | None = None
     software_version: str | None = None
     _context: RequestContext | None = None
+    #: Who the quotas charge: every principal is User:ANONYMOUS until SASL.
+    entity: ClientEntity = _NO_CLIENT_ID
 
     def identify(self, client_id: str) -> None:
         if client_id != self.client_id:
             self.client_id = client_id
+            self.entity = ClientEntity(ANONYMOUS_USER, client_id)
             self._context = None
 
     def software(self, name: str, version: str) -> None:
@@ -82,10 +101,15 @@ class FrameHandler(Protocol):
     """The listener side: turns one request frame into a response."""
 
     max_frame_bytes: int
+    request_memory: RequestMemoryPool
 
     def handle_frame(
         self, state: ConnectionState, frame: bytes
     ) -> tuple[bytes, int] | PendingResponse: ...
+
+    def connection_opened(self, connection: KafkaConnection) -> None: ...
+
+    def connection_active(self, connection: KafkaConnection) -> None: ...
 
     def connection_closed(self, connection: KafkaConnection, reason: str) -> None: ...
 
@@ -100,10 +124,12 @@ class KafkaConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._frames: collections.deque[bytes] = collections.deque()
+        self._frame_bytes = 0  # bytes of the frames in _frames
+        self._held = 0  # bytes counted against the memory pool
         self._busy = False  # a request in flight, or the channel muted
         self._eof = False
         self._closed = False
-        self._reading_paused = False
+        self._paused = 0  # why reading is paused (the bits above)
         self._writing_paused = False
         self._mute: asyncio.TimerHandle | None = None
         self.idle = asyncio.get_running_loop().create_future()  # done when nothing is in flight
@@ -116,6 +142,9 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = cast("asyncio.Transport", transport)
         peer = self._transport.get_extra_info("peername") or ("", 0)
         self.state = self._state_factory(str(peer[0]), int(peer[1]))
+        if not self._handler.request_memory.register(self):
+            self._pause(_MEMORY)
+        self._handler.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -123,6 +152,7 @@ class KafkaConnection(asyncio.Protocol):
         self._buffer += data
         if self._split_frames():
             self._pump()
+        self._count_held()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -136,12 +166,37 @@ class KafkaConnection(asyncio.Protocol):
         if self._mute is not None:
             self._mute.cancel()
 
+    # -- pausing, from the listener and its limits -------------------------------------------
+
+    def hold(self) -> None:
+        """Read nothing until :meth:`admit` (an acceptor delay, or a close to come)."""
+        self._pause(_ADMISSION)
+
+    def admit(self) -> None:
+        self._unpause(_ADMISSION)
+
+    def pause_for_memory(self) -> None:
+        self._pause(_MEMORY)
+
+    def resume_for_memory(self) -> None:
+        self._unpause(_MEMORY)
+
+    @property
+    def busy(self) -> bool:
+        """A request in flight or a throttle being served: not idle, whatever the clock says."""
+        return self._busy
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held
+
     def pause_writing(self) -> None:
         self._writing_paused = True
 
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._pump()
+        self._count_held()
 
     # -- framing and ordering ----------------------------------------------------------------
 
@@ -157,15 +212,25 @@ class KafkaConnection(asyncio.Protocol):
             if len(buffer) < end:
                 break
             self._frames.append(bytes(buffer[SIZE_PREFIX.size : end]))
+            self._frame_bytes += size
             del buffer[:end]
         if len(self._frames) > MAX_QUEUED_FRAMES or len(buffer) > limit + SIZE_PREFIX.size:
-            self._pause_reading()
+            self._pause(_BACKLOG)
         return True
+
+    def _count_held(self) -> None:
+        """Tell the memory pool how many bytes this connection holds now."""
+        held = len(self._buffer) + self._frame_bytes if not self._closed else 0
+        delta = held - self._held
+        if delta:
+            self._held = held
+            self._handler.request_memory.change(delta)
 
     def _pump(self) -> None:
         """Answer queued frames in order until one must wait (a push, a mute, a full socket)."""
         while self._frames and not self._busy and not self._closed and not self._writing_paused:
             frame = self._frames.popleft()
+            self._frame_bytes -= len(frame)
             try:
                 result = self._handler.handle_frame(self.state, frame)
             except (MalformedFrameError, CloseConnectionError) as error:
@@ -181,8 +246,12 @@ class KafkaConnection(asyncio.Protocol):
                 return
         if self._closed:
             return
-        if self._reading_paused and len(self._frames) <= MAX_QUEUED_FRAMES // 2 and not self._busy:
-            self._resume_reading()
+        if (
+            self._paused & _BACKLOG
+            and len(self._frames) <= MAX_QUEUED_FRAMES // 2
+            and not self._busy
+        ):
+            self._unpause(_BACKLOG)
         if self._eof and not self._frames and not self._busy:
             self.close("truncated" if self._buffer else "eof")
 
@@ -194,14 +263,17 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._respond(*outcome)
         self._pump()
+        self._count_held()
 
     def _respond(self, response: bytes, throttle_time_ms: int) -> None:
         assert self._transport is not None
         self._transport.write(response)
+        self._handler.connection_active(self)
         if throttle_time_ms > 0:
-            # A muted channel: read and answer nothing more until the throttle passed.
+            # KIP-219: the response goes out first, then the channel is muted:
+            # nothing more is read or answered until the throttle has passed.
             self._busy = True
-            self._pause_reading()
+            self._pause(_MUTED)
             self._mute = asyncio.get_running_loop().call_later(
                 throttle_time_ms / 1000, self._unmute
             )
@@ -209,16 +281,22 @@ class KafkaConnection(asyncio.Protocol):
     def _unmute(self) -> None:
         self._mute = None
         self._busy = False
+        self._unpause(_MUTED)
+        # The throttle was the server's doing: the idle clock starts again now.
+        self._handler.connection_active(self)
         self._pump()
+        self._count_held()
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self._transport is not None:
-            self._reading_paused = True
+    def _pause(self, reason: int) -> None:
+        if not self._paused and self._transport is not None and not self._closed:
             self._transport.pause_reading()
+        self._paused |= reason
 
-    def _resume_reading(self) -> None:
-        if self._reading_paused and self._transport is not None and not self._closed:
-            self._reading_paused = False
+    def _unpause(self, reason: int) -> None:
+        if not self._paused & reason:
+            return
+        self._paused &= ~reason
+        if not self._paused and self._transport is not None and not self._closed:
             self._transport.resume_reading()
 
     # -- closing -----------------------------------------------------------------------------
@@ -241,7 +319,11 @@ class KafkaConnection(asyncio.Protocol):
 
     def _finish(self, reason: str) -> None:
         self._frames.clear()
+        self._frame_bytes = 0
+        self._buffer.clear()
         if self._mute is not None:
             self._mute.cancel()
             self._mute = None
+        self._handler.request_memory.unregister(self, self._held)
+        self._held = 0
         self._handler.connection_closed(self, reason)
