@@ -175,8 +175,12 @@ class KafkaConnection(asyncio.Protocol):
     def admit(self) -> None:
         self._unpause(_ADMISSION)
 
-    def pause_for_memory(self) -> None:
+    def pause_for_memory(self) -> bool:
+        """Pause unless in the middle of a frame, which holds its memory and reads on."""
+        if len(self._buffer) >= SIZE_PREFIX.size and not self._closed:
+            return False
         self._pause(_MEMORY)
+        return True
 
     def resume_for_memory(self) -> None:
         self._unpause(_MEMORY)
@@ -219,12 +223,22 @@ class KafkaConnection(asyncio.Protocol):
         return True
 
     def _count_held(self) -> None:
-        """Tell the memory pool how many bytes this connection holds now."""
-        held = len(self._buffer) + self._frame_bytes if not self._closed else 0
+        """Tell the memory pool what this connection holds: its frames, and the one it started.
+
+        A started frame counts with its declared size, as Kafka allocates a
+        whole request from its pool once it has read the size.
+        """
+        held = 0
+        if not self._closed:
+            buffer = self._buffer
+            held = self._frame_bytes + len(buffer)
+            if len(buffer) >= SIZE_PREFIX.size:
+                held = self._frame_bytes + SIZE_PREFIX.size + SIZE_PREFIX.unpack_from(buffer)[0]
         delta = held - self._held
-        if delta:
+        pool = self._handler.request_memory
+        if delta or pool.exhausted:
             self._held = held
-            self._handler.request_memory.change(delta)
+            pool.change(delta)
 
     def _pump(self) -> None:
         """Answer queued frames in order until one must wait (a push, a mute, a full socket)."""

@@ -1,21 +1,27 @@
 """``queued_max_request_bytes``: one budget for request bytes read but not yet handled.
 
-Kafka's ``queued.max.request.bytes`` is a memory pool: a channel that cannot
-get memory for its next request is muted until memory is freed. Here the
-budget counts the bytes every connection holds — partial frames included —
-and the pool decides which connections may read:
+Kafka's ``queued.max.request.bytes`` is a memory pool: when a channel has read
+the size of its next request it allocates the whole request from the pool,
+and a channel that cannot get memory is muted until memory is freed. A
+request that got its memory is read to the end (the pool is not strict: an
+allocation succeeds while any memory is left, so the bound is passed by at
+most the requests already started).
 
-* when the bytes held reach the bound, every reading connection is paused at
-  once (an event-loop transport pushes whole reads at us, so waiting for
-  each connection's next read would let every one of them add a read's worth
-  past the bound);
-* as bytes are freed, paused connections are resumed in the order they were
-  paused, a read's worth of room (:data:`READ_BYTES`) per connection, so
-  one freed frame does not wake thousands of connections at once.
+The same here, for transports that push reads at us: a connection holds, in
+the pool, its complete frames not yet handled plus the *declared* size of the
+frame it has started. When the pool is full, every connection between frames
+is paused at once (waiting for each one's next read would let every one of
+them add a read's worth past the bound); connections in the middle of a
+frame keep reading, so they finish it, it is handled, and memory comes
+back — the pool cannot deadlock on partial frames. As memory is freed, the
+paused connections resume in the order they were paused, a read's worth of
+room (:data:`READ_BYTES`) per connection, so one freed frame does not wake
+thousands of connections at once. A paused connection costs nothing per
+byte: what its peer sends waits in the kernel's socket buffer.
 
-Connections are opaque to the pool: anything with ``pause_for_memory`` and
-``resume_for_memory``. Waiting costs nothing per byte: a paused connection's
-bytes stay in the kernel's socket buffer.
+Connections are opaque to the pool: anything with ``pause_for_memory``
+(which says whether it paused: one in the middle of a frame does not) and
+``resume_for_memory``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ READ_BYTES = 256 * 1024
 
 
 class MemoryClient(Protocol):
-    def pause_for_memory(self) -> None: ...
+    def pause_for_memory(self) -> bool: ...
 
     def resume_for_memory(self) -> None: ...
 
@@ -54,7 +60,7 @@ class RequestMemoryPool:
         return len(self._waiting)
 
     def register(self, client: MemoryClient) -> bool:
-        """A new connection; returns whether it may read now (else it is paused and queued)."""
+        """A new connection; returns whether it may read now (else it is queued, paused)."""
         if self.exhausted:
             self._waiting[client] = None
             return False
@@ -69,35 +75,30 @@ class RequestMemoryPool:
 
     def change(self, delta: int) -> None:
         """Bytes held went up or down by ``delta``; pause or resume readers as the bound says."""
-        if delta == 0:
-            return
         self.held += delta
-        if delta > 0:
+        if self.held >= self.bound:
             self.peak = max(self.peak, self.held)
-            if self.held >= self.bound and self._reading:
-                self._pause_all()
-        elif self._waiting and self.held < self.bound:
+            if self._reading:
+                self._pause_readers()
+        elif self._waiting:
             self._resume_some()
 
     def set_bound(self, bound: int) -> None:
         self.bound = bound
-        if self.held >= bound and self._reading:
-            self._pause_all()
-        elif self._waiting and self.held < bound:
-            self._resume_some()
+        self.change(0)
 
-    def _pause_all(self) -> None:
-        self.pauses += 1
-        reading = list(self._reading)
-        self._reading.clear()
-        for client in reading:
+    def _pause_readers(self) -> None:
+        """Pause every reader between frames; those in the middle of one read on."""
+        paused = [client for client in list(self._reading) if client.pause_for_memory()]
+        if paused:
+            self.pauses += 1
+        for client in paused:
+            del self._reading[client]
             self._waiting[client] = None
-        for client in reading:
-            client.pause_for_memory()
 
     def _resume_some(self) -> None:
         room = self.bound - self.held
-        count = max(1, -(-room // READ_BYTES))
+        count = -(-room // READ_BYTES)
         resumed = []
         while self._waiting and count > 0:
             client = next(iter(self._waiting))
@@ -107,5 +108,3 @@ class RequestMemoryPool:
             count -= 1
         for client in resumed:
             client.resume_for_memory()
-            if self.exhausted:
-                break
