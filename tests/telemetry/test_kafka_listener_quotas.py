@@ -9,8 +9,11 @@ has elapsed since the throttled request was sent.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
+
+import pytest
 
 from telemetry.enforcement import (
     ClientQuotaSettings,
@@ -35,13 +38,17 @@ def enforcement(**quota: float | str) -> Enforcement:
     return Enforcement(QuotaSettings(clients=(ClientQuotaSettings(**quota),)))  # type: ignore[arg-type]
 
 
-async def test_push_over_its_byte_rate_is_accepted_throttled_and_muted(tmp_path: Path) -> None:
+async def test_push_over_its_byte_rate_is_accepted_throttled_and_muted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="telemetry.enforcement.throttles")
+    clock = ManualClock()
     payload = otlp_payload("org.apache.kafka.producer.bytes", points=40)
     # One push of P bytes on a fresh 11 x 1 s rate measures P / 10 s; at a quota
     # of P / 10.5 that is 5 % over: Kafka's X = (O - T) / T * W = 0.05 * 10 s.
     quota = len(payload) / 10.5
     enforcer = enforcement(client_id="noisy", push_byte_rate=quota)
-    async with running_server(tmp_path, clock=ManualClock(), enforcement=enforcer) as server:
+    async with running_server(tmp_path, clock=clock, enforcement=enforcer) as server:
         client = await server.connect("noisy")
         subscription = await client.subscribe()
         assert subscription.throttle_time_ms == 0
@@ -54,7 +61,19 @@ async def test_push_over_its_byte_rate_is_accepted_throttled_and_muted(tmp_path:
         answered_after_s = time.monotonic() - sent_at
         await client.close()
         logged = await server.pushes()
+        queue_size = enforcer.clients.push_bytes.metrics.get_sensor("Produce-delayQueue")
+        assert queue_size is not None
+        assert queue_size.metrics[0].measurable_value(clock.now_ms) == 1
+        clock.advance(500)
+        enforcer.tick(clock.now_ms)
+        assert queue_size.metrics[0].measurable_value(clock.now_ms) == 0
 
+    starts = [r.getMessage() for r in caplog.records if "throttling starts" in r.getMessage()]
+    stops = [r.getMessage() for r in caplog.records if "throttling stops" in r.getMessage()]
+    assert starts == [
+        "throttling starts: user='ANONYMOUS' client_id='noisy' for push_byte_rate (500 ms)"
+    ]
+    assert stops == ["throttling stops: user='ANONYMOUS' client_id='noisy' for push_byte_rate"]
     assert pushed.error_code == ErrorCode.NONE  # over quota, still accepted (produce semantics)
     assert pushed.throttle_time_ms == 500
     assert [p.payload for p in logged] == [payload]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+import urllib.request
 from typing import TYPE_CHECKING
 
 from telemetry.errors import ErrorCode
@@ -70,6 +71,7 @@ def test_sighup_lowers_a_quota_and_the_usage_so_far_still_counts(tmp_path: Path)
             lambda: any("quotas and limits reloaded" in line for line in server.lines)
         )
         after = asyncio.run(session(server, 1))
+        metrics = scrape(server)
         assert server.stop() == 0
     finally:
         server.kill()
@@ -78,6 +80,18 @@ def test_sighup_lowers_a_quota_and_the_usage_so_far_still_counts(tmp_path: Path)
     assert code == ErrorCode.NONE
     # 4P over ~10 s against P/10 per second: about 3 windows of 10 s over.
     assert throttle_ms > 10_000
+    # The sensors behind it, under Kafka's names mapped to Prometheus's.
+    assert 'kip714_quota_push_byte_rate{client_id="reloaded",user=""}' in metrics
+    assert 'kip714_throttles_total{reason="push_byte_rate"} 1.0' in metrics
+    assert 'kip714_quota_throttle_time_ms{client_id="reloaded",quota_type="Produce",user=""}' in (
+        metrics
+    )
+
+
+def scrape(server: ServeProcess) -> str:
+    host, port = server.http
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
 
 
 def test_sighup_with_a_new_window_changes_nothing(tmp_path: Path) -> None:
