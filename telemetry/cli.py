@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kip714",
         description=(
             "Collects Apache Kafka client telemetry (KIP-714): Kafka clients push their "
-            "metrics to kip714, which enforces Kafka-style quotas, logs every push "
+            "metrics to kip714, which enforces Kafka's quotas on its Kafka listener "
+            "(push byte rate, request time and instance creations per client; connection "
+            "counts, creation rates, idle time and request memory), logs every push "
             "durably, lands it in Parquet and rolls it up with Spark."
         ),
     )
