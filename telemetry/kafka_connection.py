@@ -145,9 +145,23 @@ class KafkaConnection(asyncio.Protocol):
         if not self._handler.request_memory.register(self):
             self._pause(_MEMORY)
         self._handler.connection_opened(self)
+        if self._paused:
+            # uvloop starts reading after connection_made returns, whatever
+            # pause_reading said inside it: pause again once it has.
+            asyncio.get_running_loop().call_soon(self._repause)
+
+    def _repause(self) -> None:
+        if self._paused and not self._closed and self._transport is not None:
+            self._transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
+            return
+        if self._paused & _ADMISSION:
+            # Not admitted yet (a transport that read anyway): keep, never serve.
+            self._buffer += data
+            self._repause()
+            self._count_held()
             return
         self._buffer += data
         if self._split_frames():

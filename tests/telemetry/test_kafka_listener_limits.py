@@ -11,6 +11,9 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+import pytest
+import uvloop
+
 from telemetry.enforcement import (
     Enforcement,
     IpQuotaSettings,
@@ -30,7 +33,7 @@ from tests.telemetry.kafka_wire_client import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
     from pathlib import Path
 
 KIB = 1024
@@ -151,9 +154,12 @@ async def test_stalled_partial_frames_hold_at_most_the_memory_bound(tmp_path: Pa
     async with running_server(
         tmp_path, max_frame_bytes=frame_bytes, enforcement=enforcer
     ) as server:
-        stalled = [await server.connect() for _ in range(peers)]
-        for peer in stalled:
+        stalled = []
+        for _ in range(peers):  # later peers connect while the pool is already full
+            peer = await server.connect()
+            stalled.append(peer)
             await peer.write(SIZE_PREFIX.pack(frame_bytes) + b"\x01" * (60 * KIB))
+            await asyncio.sleep(0.005)
         await wait_until(lambda: enforcer.request_memory.exhausted)
         pool = enforcer.request_memory
         held_while_stalled = pool.held
@@ -206,3 +212,45 @@ async def wait_until(predicate: Callable[[], bool], timeout_s: float = IO_TIMEOU
     while not predicate():
         assert loop.time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.01)
+
+
+class _TickFailsOnce(Enforcement):
+    def __init__(self, limit_settings: LimitSettings) -> None:
+        super().__init__(limits=limit_settings)
+        self.failures = 0
+
+    def tick(self, now_ms: int) -> None:
+        if not self.failures:
+            self.failures += 1
+            raise RuntimeError("tick failed")
+        super().tick(now_ms)
+
+
+async def test_a_failing_sweep_is_logged_and_the_sweep_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    enforcer = _TickFailsOnce(LimitSettings(connections_max_idle_ms=300))
+    async with running_server(tmp_path, enforcement=enforcer) as server:
+        quiet = await server.connect()
+        assert await served(quiet)
+        # Closed by a sweep that runs after the one that failed.
+        assert await quiet.closed_by_server()
+        await quiet.close()
+    assert enforcer.failures == 1
+    assert any(
+        "sweep failed" in record.getMessage() and record.exc_info for record in caplog.records
+    )
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        test_ip_creation_rate_closes_the_connection_after_the_throttle,
+        test_broker_creation_rate_delays_the_acceptor,
+        test_stalled_partial_frames_hold_at_most_the_memory_bound,
+        test_a_full_pool_resumes_readers_as_frames_are_handled,
+    ],
+)
+def test_on_uvloop(tmp_path: Path, scenario: Callable[[Path], Coroutine[None, None, None]]) -> None:
+    """``kip714 serve`` runs on uvloop, which reads after ``connection_made`` even if paused."""
+    uvloop.run(scenario(tmp_path))
