@@ -1,11 +1,17 @@
 """One Kafka-protocol connection: framing, ordering, muting and backpressure.
 
-An ``asyncio.Protocol`` rather than streams: the listener answers thousands
+An ``asyncio.BufferedProtocol`` rather than streams: the listener answers thousands
 of pushes a second on one event loop, and a reader task plus ``drain()`` per
 request cost more than the request. Frames are split out of one buffer and
 handled strictly one at a time, in order, as a Kafka broker mutes a channel
 while its request is in flight; a push waiting for the ingest log completes
 through a callback, not a task.
+
+Reads land in one scratch buffer of the listener's and are copied once into
+the connection's buffer. A paused connection is offered a one-byte buffer:
+uvloop starts reading right after ``connection_made`` whatever it was told,
+and may deliver a read after ``pause_reading``, so what a paused connection
+can take is one byte, not a whole read.
 
 Memory per connection is bounded: reading pauses while a frame is in flight
 and more than a few frames (or more than one maximal frame) are buffered,
@@ -102,6 +108,8 @@ class FrameHandler(Protocol):
 
     max_frame_bytes: int
     request_memory: RequestMemoryPool
+    #: Where every connection's reads land (one event loop reads one at a time).
+    read_buffer: memoryview
 
     def handle_frame(
         self, state: ConnectionState, frame: bytes
@@ -114,7 +122,7 @@ class FrameHandler(Protocol):
     def connection_closed(self, connection: KafkaConnection, reason: str) -> None: ...
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """Serves one client connection; see the module docstring."""
 
     def __init__(self, handler: FrameHandler, state_factory: Callable[[str, int], ConnectionState]):
@@ -154,16 +162,21 @@ class KafkaConnection(asyncio.Protocol):
         if self._paused and not self._closed and self._transport is not None:
             self._transport.pause_reading()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        buffer = self._handler.read_buffer
+        # Paused (the transport reads anyway, see the module docstring): one byte at most.
+        return buffer[:1] if self._paused else buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return
-        if self._paused & _ADMISSION:
-            # Not admitted yet (a transport that read anyway): keep, never serve.
-            self._buffer += data
+        self._buffer += self._handler.read_buffer[:nbytes]
+        if self._paused:
             self._repause()
-            self._count_held()
-            return
-        self._buffer += data
+            if self._paused & _ADMISSION:
+                # Not admitted yet: keep the byte, never serve it.
+                self._count_held()
+                return
         if self._split_frames():
             self._pump()
         self._count_held()

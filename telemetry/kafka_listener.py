@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from telemetry.client_uuid import Uuid
-from telemetry.enforcement import AdmissionOutcome, Enforcement, Throttle, ThrottleReason
+from telemetry.enforcement import (
+    READ_BYTES,
+    AdmissionOutcome,
+    Enforcement,
+    Throttle,
+    ThrottleReason,
+)
 from telemetry.errors import ErrorCode
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 from telemetry.kafka_connection import (
@@ -130,6 +136,7 @@ class KafkaListener:
         self.clock = clock
         self.enforcement = enforcement if enforcement is not None else Enforcement()
         self.request_memory = self.enforcement.request_memory
+        self.read_buffer = memoryview(bytearray(READ_BYTES))
         self.stats = ListenerStats()
         self.max_frame_bytes = config.max_frame_bytes
         self._server: asyncio.Server | None = None
