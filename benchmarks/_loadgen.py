@@ -220,6 +220,7 @@ class LoadSpec:
     drain_timeout_s: float = 3.0
     payload_variants: int = 8
     seed: int = 0
+    client_id: str = CLIENT_ID  # the request header's client id: what client quotas key on
 
 
 @dataclass(slots=True, kw_only=True)
@@ -306,11 +307,16 @@ class _Instance:
         self.tail = b""
 
     def set_push_frame(
-        self, instance_id: uuid.UUID, subscription_id: int, interval_ms: int, payload: bytes
+        self,
+        instance_id: uuid.UUID,
+        subscription_id: int,
+        interval_ms: int,
+        payload: bytes,
+        client_id: str = CLIENT_ID,
     ) -> None:
         frame = encode_request(
             RequestHeader(
-                api_key=ApiKey.PUSH_TELEMETRY, api_version=0, correlation_id=0, client_id=CLIENT_ID
+                api_key=ApiKey.PUSH_TELEMETRY, api_version=0, correlation_id=0, client_id=client_id
             ),
             PushTelemetryRequest(
                 client_instance_id=instance_id,
@@ -427,9 +433,9 @@ class _Connection(asyncio.Protocol):
         return await future
 
 
-def _header(api_key: ApiKey, version: int) -> RequestHeader:
+def _header(api_key: ApiKey, version: int, client_id: str = CLIENT_ID) -> RequestHeader:
     return RequestHeader(
-        api_key=api_key, api_version=version, correlation_id=0, client_id=CLIENT_ID
+        api_key=api_key, api_version=version, correlation_id=0, client_id=client_id
     )
 
 
@@ -476,7 +482,7 @@ class _Worker:
                 )
                 self.connections.append(conn)
                 await conn.call(
-                    _header(ApiKey.API_VERSIONS, 3),
+                    _header(ApiKey.API_VERSIONS, 3, spec.client_id),
                     ApiVersionsRequest(
                         client_software_name=SOFTWARE_NAME, client_software_version=SOFTWARE_VERSION
                     ),
@@ -493,7 +499,8 @@ class _Worker:
     async def new_instance(self, conn: _Connection) -> _Instance | None:
         """GET with the ZERO uuid: the server names a fresh instance and its subscription."""
         frame = await conn.call(
-            _header(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0), GetTelemetrySubscriptionsRequest()
+            _header(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, self.spec.client_id),
+            GetTelemetrySubscriptionsRequest(),
         )
         _, response = decode_response(frame, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0)
         assert isinstance(response, GetTelemetrySubscriptionsResponse)
@@ -507,6 +514,7 @@ class _Worker:
             response.subscription_id,
             response.push_interval_ms,
             self.payloads[len(self.instances) % len(self.payloads)],
+            self.spec.client_id,
         )
         self.instances.append(instance)
         return instance
@@ -662,7 +670,7 @@ class _Worker:
                 self.result.sent += 1
                 started = self.loop.time()
                 frame = await conn.call(
-                    _header(ApiKey.PUSH_TELEMETRY, 0),
+                    _header(ApiKey.PUSH_TELEMETRY, 0, spec.client_id),
                     _PushFrame(instance.head + _SIZE.pack(0) + instance.tail),
                 )
                 _, response = decode_response(frame, ApiKey.PUSH_TELEMETRY, 0)

@@ -21,6 +21,7 @@ from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
 from telemetry.config import ExporterSettings, Settings, load_settings
 from telemetry.data_dir_lock import DataDirLock
+from telemetry.enforcement import Enforcement
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, add_ingest_routes
@@ -107,6 +108,7 @@ class Server:
         self.manager = TelemetryManager(
             settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
         )
+        self.enforcement = Enforcement(settings.quotas, settings.limits)
         self.log: IngestLog | None = None
         self.listener: KafkaListener | None = None
         self.hosts: list[ExporterHost] = []
@@ -149,7 +151,9 @@ class Server:
                 settings.data_dir / ROLLUPS_DIR, settings.rollups_retention_hours
             )
             self.rollup_retention.start()
-        self.listener = KafkaListener(settings.kafka, self.manager, self.log)
+        self.listener = KafkaListener(
+            settings.kafka, self.manager, self.log, enforcement=self.enforcement
+        )
         try:
             kafka_address = await self.listener.start()
         except OSError as error:
@@ -277,16 +281,28 @@ class Server:
         self._note_failures()
         return reasons
 
-    def reload_subscriptions(self) -> None:
-        """SIGHUP: re-read the subscriptions; clients see them on their next request."""
+    def reload_config(self) -> None:
+        """SIGHUP: re-read subscriptions, quotas and limits from the config file.
+
+        Clients see new subscriptions on their next request; new quotas and
+        limits apply to the next request or connection, and what clients
+        have used so far is kept (only the bounds change). A file that does
+        not load changes nothing.
+        """
         if self.settings.config_path is None:
             _log.info("SIGHUP ignored: the server runs on embedded defaults, no file to re-read")
             return
         try:
             fresh = load_settings(self.settings.config_path)
+            self.enforcement.apply(fresh.quotas, fresh.limits)
         except Exception as error:
-            _log.error("SIGHUP: keeping the current subscriptions: %s", error)
+            _log.error("SIGHUP: keeping the current subscriptions, quotas and limits: %s", error)
             return
+        _log.info(
+            "SIGHUP: quotas and limits reloaded: %d client entities, %d ip entries",
+            len(fresh.quotas.clients),
+            len(fresh.quotas.ips),
+        )
         current = self.manager.subscriptions
         wanted = {subscription.name for subscription in fresh.subscriptions}
         for name in [s.name for s in current if s.name not in wanted]:

@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kip714",
         description=(
             "Collects Apache Kafka client telemetry (KIP-714): Kafka clients push their "
-            "metrics to kip714, which enforces Kafka-style quotas, logs every push "
+            "metrics to kip714, which enforces Kafka's quotas on its Kafka listener "
+            "(push byte rate, request time and instance creations per client; connection "
+            "counts, creation rates, idle time and request memory), logs every push "
             "durably, lands it in Parquet and rolls it up with Spark."
         ),
     )
@@ -163,7 +165,7 @@ def tune_garbage_collector() -> None:
 
 
 async def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT; SIGHUP re-reads the subscriptions.
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads subscriptions, quotas and limits.
 
     Exits 0 after an orderly stop, 1 if the ingest log or an exporter failed
     while running (see ``Server.failures``).
@@ -173,7 +175,7 @@ async def serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.reload_subscriptions)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_config)
     try:
         await server.start()
     except DataDirLockedError:

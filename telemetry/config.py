@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
@@ -74,6 +75,8 @@ class Settings:
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
     exporters: tuple[ExporterSettings, ...] = ()
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
     config_path: Path | None = None
     #: ``[rollups] retention_hours``: delete rollup hours older than this; ``None`` keeps them.
     rollups_retention_hours: int | None = None
@@ -153,7 +156,18 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     _refuse_unknown(
         "",
         document,
-        {"data_dir", "telemetry", "kafka", "http", "log", "subscriptions", "exporters", "rollups"},
+        {
+            "data_dir",
+            "telemetry",
+            "kafka",
+            "http",
+            "log",
+            "subscriptions",
+            "exporters",
+            "rollups",
+            "quotas",
+            "limits",
+        },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
     subscriptions = (
@@ -165,9 +179,19 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     http_host, http_port = parse_host_port(
         "http.listen", _section("http", document, {"listen"}).get("listen", DEFAULT_HTTP_LISTEN)
     )
+    kafka = _kafka(_section("kafka", document, {"listen", "advertised", "max_frame_bytes"}))
+    limits = parse_limits(_table("limits", document.get("limits", {})))
+    if limits.queued_max_request_bytes < kafka.max_frame_bytes + 4:
+        # A frame the pool cannot hold whole could never be read.
+        raise ConfigError(
+            "limits.queued_max_request_bytes",
+            limits.queued_max_request_bytes,
+            f"must hold at least one maximal frame (kafka.max_frame_bytes + 4 = "
+            f"{kafka.max_frame_bytes + 4})",
+        )
     return Settings(
         data_dir=data_dir,
-        kafka=_kafka(_section("kafka", document, {"listen", "advertised", "max_frame_bytes"})),
+        kafka=kafka,
         http_host=http_host,
         http_port=http_port,
         telemetry=_telemetry(
@@ -194,6 +218,8 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         rollups_retention_hours=_retention_hours(
             "rollups.retention_hours", _section("rollups", document, {"retention_hours"})
         ),
+        quotas=parse_quotas(_table("quotas", document.get("quotas", {}))),
+        limits=limits,
     )
 
 

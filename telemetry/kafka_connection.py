@@ -1,15 +1,25 @@
 """One Kafka-protocol connection: framing, ordering, muting and backpressure.
 
-An ``asyncio.Protocol`` rather than streams: the listener answers thousands
+An ``asyncio.BufferedProtocol`` rather than streams: the listener answers thousands
 of pushes a second on one event loop, and a reader task plus ``drain()`` per
 request cost more than the request. Frames are split out of one buffer and
 handled strictly one at a time, in order, as a Kafka broker mutes a channel
 while its request is in flight; a push waiting for the ingest log completes
 through a callback, not a task.
 
+Reads land in one scratch buffer of the listener's and are copied once into
+the connection's buffer. A paused connection is offered a one-byte buffer:
+uvloop starts reading right after ``connection_made`` whatever it was told,
+and may deliver a read after ``pause_reading``, so what a paused connection
+can take is one byte, not a whole read.
+
 Memory per connection is bounded: reading pauses while a frame is in flight
 and more than a few frames (or more than one maximal frame) are buffered,
-and while the peer does not read its responses.
+and while the peer does not read its responses. Across connections, the
+bytes held (partial frames included) count against the listener's
+``queued_max_request_bytes`` pool, which pauses readers when it is full.
+Reading is paused for any of several reasons at once (a backlog, a mute, the
+memory pool, a delayed admission) and resumes when none is left.
 """
 
 from __future__ import annotations
@@ -21,19 +31,31 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from telemetry.client_instance import RequestContext
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from telemetry.enforcement import RequestMemoryPool
 
 _log = logging.getLogger(__name__)
 
 #: Frames buffered beyond the one in flight before reading pauses.
 MAX_QUEUED_FRAMES = 8
 
+# Why reading is paused (bits): it resumes when none is left.
+_BACKLOG = 1  # frames queued up, or more than a frame buffered
+_MUTED = 2  # a throttle is being served (KIP-219)
+_MEMORY = 4  # the queued_max_request_bytes pool is full
+_ADMISSION = 8  # the acceptor delays the connection (creation rate) or will close it
+
 
 class CloseConnectionError(Exception):
     """The request cannot be answered; close the connection (Kafka does the same)."""
+
+
+_NO_CLIENT_ID = ClientEntity(ANONYMOUS_USER, "")
 
 
 @dataclass(slots=True)
@@ -47,10 +69,13 @@ class ConnectionState:
     software_name: str | None = None
     software_version: str | None = None
     _context: RequestContext | None = None
+    #: Who the quotas charge: every principal is User:ANONYMOUS until SASL.
+    entity: ClientEntity = _NO_CLIENT_ID
 
     def identify(self, client_id: str) -> None:
         if client_id != self.client_id:
             self.client_id = client_id
+            self.entity = ClientEntity(ANONYMOUS_USER, client_id)
             self._context = None
 
     def software(self, name: str, version: str) -> None:
@@ -82,15 +107,22 @@ class FrameHandler(Protocol):
     """The listener side: turns one request frame into a response."""
 
     max_frame_bytes: int
+    request_memory: RequestMemoryPool
+    #: Where every connection's reads land (one event loop reads one at a time).
+    read_buffer: memoryview
 
     def handle_frame(
         self, state: ConnectionState, frame: bytes
     ) -> tuple[bytes, int] | PendingResponse: ...
 
+    def connection_opened(self, connection: KafkaConnection) -> None: ...
+
+    def connection_active(self, connection: KafkaConnection) -> None: ...
+
     def connection_closed(self, connection: KafkaConnection, reason: str) -> None: ...
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """Serves one client connection; see the module docstring."""
 
     def __init__(self, handler: FrameHandler, state_factory: Callable[[str, int], ConnectionState]):
@@ -100,10 +132,12 @@ class KafkaConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._frames: collections.deque[bytes] = collections.deque()
+        self._frame_bytes = 0  # bytes of the frames in _frames
+        self._held = 0  # bytes counted against the memory pool
         self._busy = False  # a request in flight, or the channel muted
         self._eof = False
         self._closed = False
-        self._reading_paused = False
+        self._paused = 0  # why reading is paused (the bits above)
         self._writing_paused = False
         self._mute: asyncio.TimerHandle | None = None
         self.idle = asyncio.get_running_loop().create_future()  # done when nothing is in flight
@@ -117,13 +151,36 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = cast("asyncio.Transport", transport)
         peer = self._transport.get_extra_info("peername") or ("", 0)
         self.state = self._state_factory(str(peer[0]), int(peer[1]))
+        if not self._handler.request_memory.register(self):
+            self._pause(_MEMORY)
+        self._handler.connection_opened(self)
+        if self._paused:
+            # uvloop starts reading after connection_made returns, whatever
+            # pause_reading said inside it: pause again once it has.
+            asyncio.get_running_loop().call_soon(self._repause)
 
-    def data_received(self, data: bytes) -> None:
+    def _repause(self) -> None:
+        if self._paused and not self._closed and self._transport is not None:
+            self._transport.pause_reading()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        buffer = self._handler.read_buffer
+        # Paused (the transport reads anyway, see the module docstring): one byte at most.
+        return buffer[:1] if self._paused else buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return
-        self._buffer += data
+        self._buffer += self._handler.read_buffer[:nbytes]
+        if self._paused:
+            self._repause()
+            if self._paused & _ADMISSION:
+                # Not admitted yet: keep the byte, never serve it.
+                self._count_held()
+                return
         if self._split_frames():
             self._pump()
+        self._count_held()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -139,12 +196,41 @@ class KafkaConnection(asyncio.Protocol):
         if not self.lost.done():
             self.lost.set_result(None)
 
+    # -- pausing, from the listener and its limits -------------------------------------------
+
+    def hold(self) -> None:
+        """Read nothing until :meth:`admit` (an acceptor delay, or a close to come)."""
+        self._pause(_ADMISSION)
+
+    def admit(self) -> None:
+        self._unpause(_ADMISSION)
+
+    def pause_for_memory(self) -> bool:
+        """Pause unless in the middle of a frame, which holds its memory and reads on."""
+        if len(self._buffer) >= SIZE_PREFIX.size and not self._closed:
+            return False
+        self._pause(_MEMORY)
+        return True
+
+    def resume_for_memory(self) -> None:
+        self._unpause(_MEMORY)
+
+    @property
+    def busy(self) -> bool:
+        """A request in flight or a throttle being served: not idle, whatever the clock says."""
+        return self._busy
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held
+
     def pause_writing(self) -> None:
         self._writing_paused = True
 
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._pump()
+        self._count_held()
 
     # -- framing and ordering ----------------------------------------------------------------
 
@@ -160,15 +246,35 @@ class KafkaConnection(asyncio.Protocol):
             if len(buffer) < end:
                 break
             self._frames.append(bytes(buffer[SIZE_PREFIX.size : end]))
+            self._frame_bytes += size
             del buffer[:end]
         if len(self._frames) > MAX_QUEUED_FRAMES or len(buffer) > limit + SIZE_PREFIX.size:
-            self._pause_reading()
+            self._pause(_BACKLOG)
         return True
+
+    def _count_held(self) -> None:
+        """Tell the memory pool what this connection holds: its frames, and the one it started.
+
+        A started frame counts with its declared size, as Kafka allocates a
+        whole request from its pool once it has read the size.
+        """
+        held = 0
+        if not self._closed:
+            buffer = self._buffer
+            held = self._frame_bytes + len(buffer)
+            if len(buffer) >= SIZE_PREFIX.size:
+                held = self._frame_bytes + SIZE_PREFIX.size + SIZE_PREFIX.unpack_from(buffer)[0]
+        delta = held - self._held
+        pool = self._handler.request_memory
+        if delta or pool.exhausted:
+            self._held = held
+            pool.change(delta)
 
     def _pump(self) -> None:
         """Answer queued frames in order until one must wait (a push, a mute, a full socket)."""
         while self._frames and not self._busy and not self._closed and not self._writing_paused:
             frame = self._frames.popleft()
+            self._frame_bytes -= len(frame)
             try:
                 result = self._handler.handle_frame(self.state, frame)
             except (MalformedFrameError, CloseConnectionError) as error:
@@ -184,8 +290,12 @@ class KafkaConnection(asyncio.Protocol):
                 return
         if self._closed:
             return
-        if self._reading_paused and len(self._frames) <= MAX_QUEUED_FRAMES // 2 and not self._busy:
-            self._resume_reading()
+        if (
+            self._paused & _BACKLOG
+            and len(self._frames) <= MAX_QUEUED_FRAMES // 2
+            and not self._busy
+        ):
+            self._unpause(_BACKLOG)
         if self._eof and not self._frames and not self._busy:
             self.close("truncated" if self._buffer else "eof")
 
@@ -197,14 +307,17 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._respond(*outcome)
         self._pump()
+        self._count_held()
 
     def _respond(self, response: bytes, throttle_time_ms: int) -> None:
         assert self._transport is not None
         self._transport.write(response)
+        self._handler.connection_active(self)
         if throttle_time_ms > 0:
-            # A muted channel: read and answer nothing more until the throttle passed.
+            # KIP-219: the response goes out first, then the channel is muted:
+            # nothing more is read or answered until the throttle has passed.
             self._busy = True
-            self._pause_reading()
+            self._pause(_MUTED)
             self._mute = asyncio.get_running_loop().call_later(
                 throttle_time_ms / 1000, self._unmute
             )
@@ -212,16 +325,22 @@ class KafkaConnection(asyncio.Protocol):
     def _unmute(self) -> None:
         self._mute = None
         self._busy = False
+        self._unpause(_MUTED)
+        # The throttle was the server's doing: the idle clock starts again now.
+        self._handler.connection_active(self)
         self._pump()
+        self._count_held()
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self._transport is not None:
-            self._reading_paused = True
+    def _pause(self, reason: int) -> None:
+        if not self._paused and self._transport is not None and not self._closed:
             self._transport.pause_reading()
+        self._paused |= reason
 
-    def _resume_reading(self) -> None:
-        if self._reading_paused and self._transport is not None and not self._closed:
-            self._reading_paused = False
+    def _unpause(self, reason: int) -> None:
+        if not self._paused & reason:
+            return
+        self._paused &= ~reason
+        if not self._paused and self._transport is not None and not self._closed:
             self._transport.resume_reading()
 
     # -- closing -----------------------------------------------------------------------------
@@ -251,7 +370,11 @@ class KafkaConnection(asyncio.Protocol):
 
     def _finish(self, reason: str) -> None:
         self._frames.clear()
+        self._frame_bytes = 0
+        self._buffer.clear()
         if self._mute is not None:
             self._mute.cancel()
             self._mute = None
+        self._handler.request_memory.unregister(self, self._held)
+        self._held = 0
         self._handler.connection_closed(self, reason)

@@ -18,11 +18,20 @@ client's 16 MiB expansion does not stall everybody else's small pushes; its
 connection stays busy meanwhile, so its later requests are still answered
 in order. Real clients' pushes (a few KiB) never leave the loop: no thread
 hop, no task, on the hot path.
+
+Quotas (``telemetry.enforcement``) are applied here the Kafka way: connection
+limits at accept (refuse, close after a delay, or delay the acceptor); the
+time of every request and the bytes of every push recorded against the
+client's entity, the throttle returned in ``throttle_time_ms`` and served by
+muting the channel after the response; a strict instance-creation quota on
+GET; idle connections closed by one periodic sweep; and the bytes read but
+not yet handled bounded across connections by the memory pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -36,6 +45,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from telemetry.client_uuid import Uuid
+from telemetry.enforcement import (
+    READ_BYTES,
+    AdmissionOutcome,
+    Enforcement,
+    Throttle,
+    ThrottleReason,
+)
 from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 from telemetry.kafka_connection import (
@@ -89,6 +105,10 @@ DECOMPRESSION_THREADS: Final = 1
 #: individually): under contention the event loop, answering everybody's
 #: small pushes, gets the CPU first.
 DECOMPRESSION_NICENESS: Final = 10
+#: The listener's name in connection quotas (Kafka's listener name).
+LISTENER_NAME = "kafka"
+#: The idle sweep runs this often at most (and at least ten times per idle limit).
+MAX_SWEEP_PERIOD_S = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -141,11 +161,15 @@ class KafkaListener:
         manager: TelemetryManager,
         log: PushLog,
         clock: Callable[[], int] = wall_clock_ms,
+        enforcement: Enforcement | None = None,
     ) -> None:
         self.config = config
         self.manager = manager
         self.log = log
         self.clock = clock
+        self.enforcement = enforcement if enforcement is not None else Enforcement()
+        self.request_memory = self.enforcement.request_memory
+        self.read_buffer = memoryview(bytearray(READ_BYTES))
         self.stats = ListenerStats()
         self.max_frame_bytes = config.max_frame_bytes
         self._server: asyncio.Server | None = None
@@ -159,6 +183,15 @@ class KafkaListener:
             thread_name_prefix="kip714-decompress",
             initializer=_lower_thread_priority,
         )
+        # Admission: connections counted by the connection quotas, the
+        # acceptor's backlog while it is delayed, and when the delay ends.
+        self._counted: set[KafkaConnection] = set()
+        self._backlog: collections.deque[KafkaConnection] = collections.deque()
+        self._acceptor_timer: asyncio.TimerHandle | None = None
+        self._delayed: KafkaConnection | None = None
+        # Idle: admitted connections, least recently active first (monotonic s).
+        self._activity: dict[KafkaConnection, float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def bound_address(self) -> tuple[str, int]:
@@ -178,6 +211,7 @@ class KafkaListener:
         )
         sockname = self._server.sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
+        self._sweeper = asyncio.create_task(self._sweep(), name="kafka-listener-sweep")
         return self._bound
 
     async def stop_accepting(self) -> None:
@@ -198,6 +232,7 @@ class KafkaListener:
         """
         if self._server is not None:
             self._server.close()
+        await self._stop_sweeper()
         pending = [
             connection.idle for connection in self._connections if not connection.idle.done()
         ]
@@ -232,19 +267,132 @@ class KafkaListener:
     def _new_state(self, address: str, port: int) -> ConnectionState:
         return ConnectionState(f"kafka-{next(self._ids)}", address, port)
 
+    def connection_opened(self, connection: KafkaConnection) -> None:
+        """Connection quotas at accept; while the acceptor is delayed, new ones queue behind it."""
+        if self._backlog or self._acceptor_timer is not None:
+            connection.hold()
+            self._backlog.append(connection)
+            return
+        self._admit(connection)
+
+    def _admit(self, connection: KafkaConnection) -> None:
+        enforcement = self.enforcement
+        address = connection.state.address
+        admission = enforcement.connections.admit(
+            LISTENER_NAME, address, self.clock(), waiting=len(self._backlog)
+        )
+        if admission.counted:
+            self._counted.add(connection)
+        outcome = admission.outcome
+        reason = admission.reason.value if admission.reason is not None else "refused"
+        if outcome is AdmissionOutcome.REFUSED:
+            _log.info("refusing a connection from %s: %s reached", address, reason)
+            connection.close(reason)
+        elif outcome is AdmissionOutcome.THROTTLED:
+            # Kafka's DelayedCloseSocket: closed, unserved, once the throttle passed.
+            _log.debug(
+                "closing a connection from %s in %d ms: %s", address, admission.wait_ms, reason
+            )
+            connection.hold()
+            asyncio.get_running_loop().call_later(
+                admission.wait_ms / 1000, connection.close, reason
+            )
+        elif admission.wait_ms > 0:
+            # The broker-wide creation rate: the acceptor waits before this
+            # connection is served, and takes no other connection meanwhile.
+            connection.hold()
+            self._delayed = connection
+            self._acceptor_timer = asyncio.get_running_loop().call_later(
+                admission.wait_ms / 1000, self._acceptor_ready
+            )
+        else:
+            connection.admit()
+            self.connection_active(connection)
+
+    def _acceptor_ready(self) -> None:
+        self._acceptor_timer = None
+        delayed, self._delayed = self._delayed, None
+        if delayed is not None and delayed in self._connections:
+            delayed.admit()
+            self.connection_active(delayed)
+        while self._backlog and self._acceptor_timer is None:
+            self._admit(self._backlog.popleft())
+
+    def connection_active(self, connection: KafkaConnection) -> None:
+        """A request was answered (or a throttle ended): the idle clock starts again."""
+        activity = self._activity
+        activity.pop(connection, None)
+        activity[connection] = time.monotonic()
+
     def connection_closed(self, connection: KafkaConnection, reason: str) -> None:
         if connection in self._connections:
             self._connections.discard(connection)
             self.stats.connections_open -= 1
             self.stats.closed_for[reason] += 1
             self.manager.on_disconnect(connection.state.connection_id)
+        self._activity.pop(connection, None)
+        if connection in self._counted:
+            self._counted.discard(connection)
+            self.enforcement.connections.release(LISTENER_NAME, connection.state.address)
+        if connection is self._delayed:
+            self._delayed = None
+        if self._backlog and connection in self._backlog:
+            self._backlog.remove(connection)
+
+    # -- idle connections and housekeeping ---------------------------------------------------
+
+    async def _sweep(self) -> None:
+        """One periodic sweep for every connection: idle closes and quota housekeeping."""
+        while True:
+            idle_ms = self.enforcement.connections_max_idle_ms
+            await asyncio.sleep(min(MAX_SWEEP_PERIOD_S, max(0.01, idle_ms / 10_000)))
+            try:
+                self.close_idle(time.monotonic(), idle_ms)
+                self.enforcement.tick(self.clock())
+            except Exception:
+                _log.exception("the Kafka listener's sweep failed; it runs again")
+
+    def close_idle(self, now_s: float, idle_ms: int) -> int:
+        """Close connections with no complete request for ``idle_ms`` (Kafka's idle expiry)."""
+        activity = self._activity
+        cutoff = now_s - idle_ms / 1000
+        closed = 0
+        while activity:
+            connection, last = next(iter(activity.items()))
+            if last > cutoff:
+                break
+            if connection.busy:
+                # A push waiting for the log, or a throttle being served: not idle.
+                self.connection_active(connection)
+                continue
+            closed += 1
+            self.enforcement.tracker.count(ThrottleReason.CONNECTIONS_MAX_IDLE_MS)
+            _log.debug(
+                "closing idle connection %s from %s (no complete request for %d ms)",
+                connection.state.connection_id, connection.state.address, idle_ms,
+            )  # fmt: skip
+            activity.pop(connection, None)
+            connection.close("idle")
+        return closed
+
+    async def _stop_sweeper(self) -> None:
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
 
     # -- requests ----------------------------------------------------------------------------
 
     def handle_frame(
         self, state: ConnectionState, frame: bytes
     ) -> tuple[bytes, int] | PendingResponse:
-        """Answer one request: ``(response frame, throttle ms)``, or a push still being logged."""
+        """Answer one request: ``(response frame, throttle ms)``, or a push still being logged.
+
+        The time from here to the response (decoding, validation,
+        decompression) is the request time charged to the client's
+        ``request_percentage`` quota (KIP-124).
+        """
+        started_ns = time.perf_counter_ns()
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as error:
@@ -261,18 +409,21 @@ class KafkaListener:
         version = header.api_version
         if isinstance(request, PushTelemetryRequest):
             self.stats.requests["PushTelemetry"] += 1
-            return self._push(state, header, request)
+            return self._push(state, header, request, started_ns)
         if isinstance(request, GetTelemetrySubscriptionsRequest):
             self.stats.requests["GetTelemetrySubscriptions"] += 1
-            return self._get_subscriptions(state, header, request), 0
+            return self._get_subscriptions(state, header, request, started_ns)
         if isinstance(request, ApiVersionsRequest):
             self.stats.requests["ApiVersions"] += 1
             if request.client_software_name:
                 state.software(request.client_software_name, request.client_software_version)
-            return encode_response(header, ApiKey.API_VERSIONS, version, api_versions_response()), 0
+            throttle = self._finish_request(state, started_ns).time_ms
+            answer = api_versions_response(throttle)
+            return encode_response(header, ApiKey.API_VERSIONS, version, answer), throttle
         if isinstance(request, MetadataRequest):
             self.stats.requests["Metadata"] += 1
             host, port = self.advertised_address
+            throttle = self._finish_request(state, started_ns).time_ms
             metadata = build_metadata_response(
                 request,
                 version,
@@ -280,22 +431,61 @@ class KafkaListener:
                 host=host,
                 port=port,
                 cluster_id=self.config.cluster_id,
+                throttle_time_ms=throttle,
             )
-            return encode_response(header, ApiKey.METADATA, version, metadata), 0
+            return encode_response(header, ApiKey.METADATA, version, metadata), throttle
         raise CloseConnectionError(f"no handler for {type(request).__name__}")
+
+    def _finish_request(
+        self,
+        state: ConnectionState,
+        started_ns: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+    ) -> Throttle:
+        """Charge the request to the client's quotas; the throttle its response carries.
+
+        Versions without a throttle field (ApiVersions v0, Metadata v0-v2)
+        are muted all the same, as Kafka mutes every throttled channel.
+        """
+        return self.enforcement.clients.finish_request(
+            state.entity,
+            time.perf_counter_ns() - started_ns,
+            self.clock(),
+            push_bytes=push_bytes,
+            mutation_throttle_ms=mutation_throttle_ms,
+        )
 
     def _get_subscriptions(
         self,
         state: ConnectionState,
         header: RequestHeader,
         request: GetTelemetrySubscriptionsRequest,
-    ) -> bytes:
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        client_instance_id = Uuid.from_bytes(request.client_instance_id.bytes)
+        now_ms = self.clock()
+        if self.manager.creates_instance(client_instance_id, now_ms):
+            # KIP-599 strict: a new instance costs a token; in deficit, nothing is created.
+            refused_ms = self.enforcement.clients.admit_instance_creation(state.entity, now_ms)
+            if refused_ms > 0:
+                throttle = self._finish_request(
+                    state, started_ns, mutation_throttle_ms=refused_ms
+                ).time_ms
+                refusal = GetTelemetrySubscriptionsResponse(
+                    error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), throttle_time_ms=throttle
+                )
+                return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, refusal), (
+                    throttle
+                )
         answer = self.manager.get_telemetry_subscriptions(
-            Uuid.from_bytes(request.client_instance_id.bytes), state.context(), self.clock()
+            client_instance_id, state.context(), now_ms
         )
+        throttle = max(answer.throttle_time_ms, self._finish_request(state, started_ns).time_ms)
         response = GetTelemetrySubscriptionsResponse(
             error_code=int(answer.error_code),
-            throttle_time_ms=answer.throttle_time_ms,
+            throttle_time_ms=throttle,
             client_instance_id=uuid.UUID(bytes=answer.client_instance_id.to_bytes()),
             subscription_id=answer.subscription_id,
             accepted_compression_types=tuple(int(c) for c in answer.accepted_compression_types),
@@ -304,10 +494,14 @@ class KafkaListener:
             delta_temporality=answer.delta_temporality,
             requested_metrics=answer.requested_metrics,
         )
-        return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response)
+        return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response), throttle
 
     def _push(
-        self, state: ConnectionState, header: RequestHeader, request: PushTelemetryRequest
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: PushTelemetryRequest,
+        started_ns: int,
     ) -> tuple[bytes, int] | PendingResponse:
         outcome = self.manager.validate_push(
             client_instance_id=Uuid.from_bytes(request.client_instance_id.bytes),
@@ -319,23 +513,34 @@ class KafkaListener:
             now_ms=self.clock(),
             inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
+        # The bytes as received, accepted or not (Kafka's produce quota
+        # records every request; an over-quota push is still accepted).
+        push_bytes = len(request.metrics)
+
+        def finish() -> int:
+            """Record the request (its time so far, its bytes); the quota throttle."""
+            return self._finish_request(state, started_ns, push_bytes=push_bytes).time_ms
+
         if isinstance(outcome, AcceptedPush):
-            return self._log_push(header, outcome)
+            return self._log_push(header, outcome, finish)
         if isinstance(outcome, DeferredPush):
-            return _DeferredPush(self, header, outcome)
-        return _push_response(header, outcome)
+            # The decompression thread's time is not the event loop's, so the
+            # request time recorded is the loop's, as for every other request.
+            return _DeferredPush(self, header, outcome, finish())
+        return _push_response(header, outcome, finish())
 
     def _log_push(
-        self, header: RequestHeader, accepted: AcceptedPush
+        self, header: RequestHeader, accepted: AcceptedPush, finish: Callable[[], int]
     ) -> tuple[bytes, int] | PendingResponse:
+        """Append ``accepted``; ``finish`` records the request once the append is done."""
         if not accepted.data:
             # Null or empty metrics: nothing to log.
-            return _push_response(header, self.manager.complete_push(accepted))
+            return _push_response(header, self.manager.complete_push(accepted), finish())
         try:
             _, durable = self.log.append_nowait(_push_context(accepted), accepted.data)
         except Exception as error:
-            return _push_response(header, self._append_failed(accepted, error))
-        return _PendingPush(self, header, accepted, durable)
+            return _push_response(header, self._append_failed(accepted, error), finish())
+        return _PendingPush(self, header, accepted, durable, finish())
 
     def _append_failed(self, accepted: AcceptedPush, error: BaseException) -> ManagerPushResponse:
         """The push is not acknowledged; the error code tells the client when to retry."""
@@ -358,7 +563,7 @@ class KafkaListener:
 class _PendingPush:
     """An accepted push waiting for its fsync; answered from the log future's callback."""
 
-    __slots__ = ("_accepted", "_durable", "_header", "_listener")
+    __slots__ = ("_accepted", "_durable", "_header", "_listener", "_quota_throttle_ms")
 
     def __init__(
         self,
@@ -366,11 +571,13 @@ class _PendingPush:
         header: RequestHeader,
         accepted: AcceptedPush,
         durable: asyncio.Future[None],
+        quota_throttle_ms: int,
     ) -> None:
         self._listener = listener
         self._header = header
         self._accepted = accepted
         self._durable = durable
+        self._quota_throttle_ms = quota_throttle_ms
 
     def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
         def done(durable: asyncio.Future[None]) -> None:
@@ -381,7 +588,7 @@ class _PendingPush:
                 outcome = self._listener._append_failed(self._accepted, failure)
             else:
                 outcome = manager.complete_push(self._accepted)
-            callback(_push_response(self._header, outcome))
+            callback(_push_response(self._header, outcome, self._quota_throttle_ms))
 
         self._durable.add_done_callback(done)
 
@@ -389,12 +596,19 @@ class _PendingPush:
 class _DeferredPush:
     """A push being decompressed in a thread, then logged; answered from callbacks, in order."""
 
-    __slots__ = ("_decompressed", "_deferred", "_header", "_listener")
+    __slots__ = ("_decompressed", "_deferred", "_header", "_listener", "_quota_throttle_ms")
 
-    def __init__(self, listener: KafkaListener, header: RequestHeader, deferred: DeferredPush):
+    def __init__(
+        self,
+        listener: KafkaListener,
+        header: RequestHeader,
+        deferred: DeferredPush,
+        quota_throttle_ms: int,
+    ) -> None:
         self._listener = listener
         self._header = header
         self._deferred = deferred
+        self._quota_throttle_ms = quota_throttle_ms
         loop = asyncio.get_running_loop()
         self._decompressed = loop.run_in_executor(listener.decompressor, deferred.outcome)
 
@@ -413,9 +627,9 @@ class _DeferredPush:
                 outcome = decompressed.result()
             result = listener.manager.finish_deferred(self._deferred, outcome)
             if not isinstance(result, AcceptedPush):
-                callback(_push_response(self._header, result))
+                callback(_push_response(self._header, result, self._quota_throttle_ms))
                 return
-            logged = listener._log_push(self._header, result)
+            logged = listener._log_push(self._header, result, lambda: self._quota_throttle_ms)
             if isinstance(logged, tuple):
                 callback(logged)
             else:
@@ -430,11 +644,15 @@ def _lower_thread_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DECOMPRESSION_NICENESS)
 
 
-def _push_response(header: RequestHeader, outcome: ManagerPushResponse) -> tuple[bytes, int]:
+def _push_response(
+    header: RequestHeader, outcome: ManagerPushResponse, quota_throttle_ms: int = 0
+) -> tuple[bytes, int]:
+    """The response, carrying the longer of the quota throttle and the log's own."""
+    throttle_ms = max(outcome.throttle_time_ms, quota_throttle_ms)
     response = PushTelemetryResponse(
-        error_code=int(outcome.error_code), throttle_time_ms=outcome.throttle_time_ms
+        error_code=int(outcome.error_code), throttle_time_ms=throttle_ms
     )
-    return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), outcome.throttle_time_ms
+    return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), throttle_ms
 
 
 def _push_context(accepted: AcceptedPush) -> PushContext:

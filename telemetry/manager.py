@@ -225,6 +225,17 @@ class TelemetryManager:
         """The cached instance, untouched (for admin views and tests)."""
         return self._cache.peek(client_instance_id)
 
+    def creates_instance(self, client_instance_id: Uuid | None, now_ms: int) -> bool:
+        """Whether a GET with this id makes a new instance: ZERO, unknown, or expired.
+
+        The listeners charge such a GET to the client's instance-creation
+        quota (``controller_mutation_rate``) before calling
+        :meth:`get_telemetry_subscriptions`.
+        """
+        if client_instance_id is None or client_instance_id == ZERO_UUID:
+            return True
+        return not self._cache.contains(client_instance_id, now_ms)
+
     def expiry_deadline_ms(self, client_instance_id: Uuid) -> int | None:
         return self._cache.deadline_ms(client_instance_id)
 

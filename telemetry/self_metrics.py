@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from exporters.retention import RetentionStats
 from telemetry.exporter_host import EXPORT_BUCKETS_S
 from telemetry.ingest import FSYNC_BUCKETS_S
+from telemetry.quota_metrics import quota_families
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -68,6 +69,7 @@ class ServerCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._telemetry()
         yield from self._listener()
+        yield from quota_families(self.listener.enforcement, self.listener.clock())
         yield from self._log()
         yield from self._exporters()
         yield from self._retention()

@@ -31,6 +31,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 
 from telemetry.codecs import CompressionType
+from telemetry.enforcement import Enforcement
 from telemetry.errors import ErrorCode
 from telemetry.ingest import IngestLog, LogConfig
 from telemetry.kafka_listener import KafkaListener, KafkaListenerConfig
@@ -139,10 +140,12 @@ async def running_server(
     max_frame_bytes: int = 1024 * 1024,
     advertised_host: str | None = None,
     advertised_port: int | None = None,
+    enforcement: Enforcement | None = None,
 ) -> AsyncIterator[Server]:
     """Start manager, ingest log and listener on 127.0.0.1:0; close all on exit.
 
-    ``subscription`` (default: all metrics every 300 ms) is registered as "all".
+    ``subscription`` (default: all metrics every 300 ms) is registered as "all";
+    ``enforcement`` defaults to no quotas and the default limits.
     """
     manager = TelemetryManager(telemetry or TelemetryConfig())
     manager.update_subscription("all", dict(subscription or {"metrics": "*", "interval.ms": "300"}))
@@ -158,9 +161,9 @@ async def running_server(
         advertised_port=advertised_port,
     )
     listener = (
-        KafkaListener(config, manager, log)
+        KafkaListener(config, manager, log, enforcement=enforcement)
         if clock is None
-        else KafkaListener(config, manager, log, clock=clock)
+        else KafkaListener(config, manager, log, clock=clock, enforcement=enforcement)
     )
     try:
         host, port = await listener.start()

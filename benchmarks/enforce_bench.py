@@ -1,0 +1,279 @@
+"""Quota enforcement of ``kip714 serve`` on the wire: a noisy neighbour, its cost, slow peers.
+
+Three parts, figures printed side by side, each against a baseline measured
+in the same run:
+
+1. **noisy neighbour**: 400 ordinary instances (closed loop, 1 push/s each)
+   alone, then together with one abusive client id whose instances offer 10x
+   its ``push_byte_rate``; reported: the abuser's accepted byte rate over the
+   window as a ratio of its quota (target 1.0 +- 10 %), and the ordinary
+   clients' p99 with and without the abuser (target <= 1.2x);
+2. **cost**: ``ack_bench``'s closed loop (acknowledged pushes/s) on a server
+   without quotas and on one whose quotas cover every request but never
+   throttle, so every request is recorded (target: <= 10 % slower);
+3. **slow peers**: 1,000 connections each send most of a big frame and stall;
+   the server's RSS over its baseline against ``queued_max_request_bytes``
+   (target: <= the bound + 100 MiB), and when an ordinary client is served.
+
+    python3 benchmarks/enforce_bench.py            # about 3 minutes
+    python3 benchmarks/enforce_bench.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _loadgen import LoadSpec, PhaseResult, build_payloads, percentile, run_load
+from ack_bench import Kip714Server, server_config
+
+from telemetry.wire import (
+    SIZE_PREFIX,
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    RequestHeader,
+    decode_response,
+    encode_request,
+)
+
+HOST: Final = "127.0.0.1"
+MIB: Final = 1024 * 1024
+ABUSER: Final = "kip714-bench-abuser"
+ORDINARY: Final = "kip714-bench-producer"
+HELD_BYTES: Final = 'kip714_request_memory_bytes{kind="held"}'
+
+
+def _write_config(server: Kip714Server, workdir: Path, text: str) -> None:
+    (workdir / "kip714.toml").write_text(text)
+    del server  # the config file is read at start
+
+
+def neighbour_config(quota: float) -> str:
+    return "\n".join([
+        "[subscriptions.ordinary]", 'metrics = ["*"]', '"interval.ms" = 1000',
+        f'match = ["client_id={ORDINARY}"]', "",
+        "[subscriptions.abuser]", 'metrics = ["*"]', '"interval.ms" = 100',
+        f'match = ["client_id={ABUSER}"]', "",
+        "[log]", f"max_bytes = {16 * 1024 * MIB}", "", "[exporters]", "",
+        "[[quotas.clients]]", f'client_id = "{ABUSER}"', f"push_byte_rate = {quota}", "",
+    ]) + "\n"  # fmt: skip
+
+
+def _spec(port: int, client_id: str, connections: int, instances: int, args: argparse.Namespace,
+          warmup_s: float, duration_s: float) -> LoadSpec:  # fmt: skip
+    return LoadSpec(
+        host=HOST, port=port, mode="closed", connections=connections, instances=instances,
+        warmup_s=warmup_s, duration_s=duration_s, client_id=client_id, setup_timeout_s=60.0,
+    )  # fmt: skip
+
+
+def _p99_ms(result: PhaseResult) -> float:
+    return percentile(result.latencies(), 0.99) * 1000
+
+
+def noisy_neighbour(args: argparse.Namespace, workdir: Path) -> None:
+    payload = sum(map(len, build_payloads())) / 8
+    abuser_instances = 50
+    offered = abuser_instances * payload / 0.1  # each instance pushes every 100 ms
+    quota = offered / 10
+    server = Kip714Server(workdir, 16_384, "none")
+    _write_config(server, workdir, neighbour_config(quota))
+    server.start()
+    try:
+        alone = run_load(
+            _spec(server.kafka_port, ORDINARY, 100, 400, args, 2.0, args.window / 2), 1
+        )
+        results: dict[str, PhaseResult] = {}
+
+        def run(name: str, spec: LoadSpec) -> None:
+            results[name] = run_load(spec, 1)
+
+        # The abuser first spends its burst allowance (about samples - 1 windows
+        # of quota), so the window measures the steady state.
+        warmup = args.abuser_warmup
+        threads = [
+            threading.Thread(target=run, args=("abuser", _spec(
+                server.kafka_port, ABUSER, 4, abuser_instances, args, warmup, args.window))),
+            threading.Thread(target=run, args=("ordinary", _spec(
+                server.kafka_port, ORDINARY, 100, 400, args, warmup, args.window))),
+        ]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=args.window + warmup + 200)
+        metrics = server.metrics()
+    finally:
+        server.stop()
+    abuser, ordinary = results["abuser"], results["ordinary"]
+    accepted = abuser.acked * payload / abuser.window_s
+    throttles = metrics.get('kip714_throttles_total{reason="push_byte_rate"}', 0.0)
+    ratio = accepted / quota
+    slowdown = _p99_ms(ordinary) / _p99_ms(alone)
+    print(f"{'abuser offered':<34}: {offered / 1000:,.1f} kB/s (10x its quota {quota / 1000:,.1f}"
+          f" kB/s), {abuser_instances} instances on 4 connections", flush=True)  # fmt: skip
+    print(f"{'abuser accepted':<34}: {accepted / 1000:,.1f} kB/s over {abuser.window_s:.0f} s ="
+          f" {ratio:.2f} x quota (target 0.90-1.10: {_verdict(0.9 <= ratio <= 1.1)}),"
+          f" {throttles:,.0f} throttled responses", flush=True)  # fmt: skip
+    print(f"{'ordinary p99 alone / with abuser':<34}: {_p99_ms(alone):.1f} ms / "
+          f"{_p99_ms(ordinary):.1f} ms = {slowdown:.2f}x (target <= 1.2x:"
+          f" {_verdict(slowdown <= 1.2)}); {alone.rate:,.0f} / {ordinary.rate:,.0f} pushes/s",
+          flush=True)  # fmt: skip
+
+
+COST_QUOTAS: Final = (
+    '\n[[quotas.clients]]\nclient_id = "<default>"\npush_byte_rate = 1e12\n'
+    "request_percentage = 1e9\ncontroller_mutation_rate = 1e9\n"
+)
+
+
+def cost(args: argparse.Namespace, workdir: Path) -> None:
+    rates = {}
+    for name, extra in (("without quotas", ""), ("with quotas", COST_QUOTAS)):
+        directory = workdir / name.replace(" ", "-")
+        directory.mkdir()
+        server = Kip714Server(directory, 16_384, "none")
+        _write_config(server, directory, server_config(16_384, "none") + extra)
+        server.start()
+        try:
+            spec = LoadSpec(
+                host=HOST, port=server.kafka_port, mode="closed", connections=400,
+                instances=2_000, warmup_s=2.0, duration_s=args.cost_window,
+            )  # fmt: skip
+            result = run_load(spec, 2)
+        finally:
+            server.stop()
+        rates[name] = result.rate
+        print(f"{'ack closed loop ' + name:<34}: {result.rate:,.0f} acknowledged pushes/s,"
+              f" p99 {_p99_ms(result):.1f} ms", flush=True)  # fmt: skip
+    change = rates["with quotas"] / rates["without quotas"] - 1
+    print(f"{'enforcement cost':<34}: {change:+.1%} (target >= -10%: {_verdict(change >= -0.1)})",
+          flush=True)  # fmt: skip
+
+
+def slow_peers(args: argparse.Namespace, workdir: Path) -> None:
+    bound = args.pool_mib * MIB
+    frame = 128 * 1024
+    config = server_config(1024, "none") + (
+        f"\n[kafka]\nmax_frame_bytes = {frame}\n[limits]\nmax_connections_per_ip = 2000\n"
+        f"queued_max_request_bytes = {bound}\nconnections_max_idle_ms = {args.idle_ms}\n"
+    )
+    server = Kip714Server(workdir, 1024, "none")
+    _write_config(server, workdir, config)
+    server.start()
+    peers: list[socket.socket] = []
+    try:
+        assert server.proc is not None
+        assert server.sampler is not None
+        time.sleep(1.0)
+        baseline = server.sampler.sample()
+        opened_at = time.monotonic()
+        for _ in range(args.peers):
+            peer = socket.create_connection((HOST, server.kafka_port), timeout=10)
+            peer.setblocking(False)
+            peers.append(peer)
+            _send_some(peer, SIZE_PREFIX.pack(frame) + b"\x01" * (frame - 28 * 1024))
+        time.sleep(2.0)
+        held = server.metrics()
+        rss = max(server.sampler.sample(), server.sampler.peak) - baseline
+        served_s = _serve_one(server.kafka_port, timeout_s=args.idle_ms / 1000 + 30)
+        idle_closed = server.metrics().get(
+            'kip714_kafka_connections_closed_total{reason="idle"}', 0
+        )
+    finally:
+        for peer in peers:
+            peer.close()
+        server.stop()
+    print(f"{'stalled peers':<34}: {args.peers:,} x {(frame - 28 * 1024) // 1024} KiB of a"
+          f" {frame // 1024} KiB frame = {args.peers * (frame - 28 * 1024) / MIB:,.0f} MiB offered"
+          f" in {time.monotonic() - opened_at:.0f} s", flush=True)  # fmt: skip
+    print(f"{'request memory held / bound':<34}: "
+          f"{held.get(HELD_BYTES, 0) / MIB:,.1f} MiB / "
+          f"{bound / MIB:,.0f} MiB, {held.get('kip714_request_memory_waiting_connections', 0):,.0f}"
+          " connections paused", flush=True)  # fmt: skip
+    print(f"{'server RSS over baseline':<34}: {rss / MIB:,.0f} MiB (target <= {bound / MIB:,.0f}"
+          f" + 100 MiB: {_verdict(rss <= bound + 100 * MIB)})", flush=True)  # fmt: skip
+    print(f"{'ordinary client served after':<34}: {served_s:.1f} s (idle limit"
+          f" {args.idle_ms / 1000:.0f} s; {idle_closed:,.0f} idle closes)", flush=True)  # fmt: skip
+
+
+def _send_some(peer: socket.socket, data: bytes) -> None:
+    """Send what the kernel takes now; a paused server leaves the rest unsent."""
+    deadline = time.monotonic() + 0.02
+    view = memoryview(data)
+    while view and time.monotonic() < deadline:
+        try:
+            view = view[peer.send(view) :]
+        except BlockingIOError:
+            time.sleep(0.005)
+
+
+def _serve_one(port: int, timeout_s: float) -> float:
+    """Seconds until a fresh connection's ApiVersions is answered."""
+    started = time.monotonic()
+    with socket.create_connection((HOST, port), timeout=timeout_s) as client:
+        request = ApiVersionsRequest(client_software_name="ordinary", client_software_version="1")
+        header = RequestHeader(api_key=ApiKey.API_VERSIONS, api_version=3, correlation_id=1,
+                               client_id="ordinary")  # fmt: skip
+        client.sendall(encode_request(header, request))
+        size = SIZE_PREFIX.unpack(_read(client, SIZE_PREFIX.size))[0]
+        _, response = decode_response(_read(client, size), ApiKey.API_VERSIONS, 3)
+        assert isinstance(response, ApiVersionsResponse)
+        assert response.error_code == 0
+    return time.monotonic() - started
+
+
+def _read(client: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = client.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        data += chunk
+    return data
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--window", type=float, default=30.0, help="noisy-neighbour window (s)")
+    parser.add_argument("--abuser-warmup", type=float, default=15.0)
+    parser.add_argument("--cost-window", type=float, default=8.0)
+    parser.add_argument("--peers", type=int, default=1000)
+    parser.add_argument("--pool-mib", type=int, default=32)
+    parser.add_argument("--idle-ms", type=int, default=10_000)
+    parser.add_argument("--parts", default="neighbour,cost,slow")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.window, args.abuser_warmup, args.cost_window, args.peers = 6.0, 3.0, 3.0, 100
+        args.idle_ms = 3000
+    if args.peers > 1000 or args.window > 120:
+        parser.error("bounded: --peers <= 1000, --window <= 120")
+    print(f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+          f" ({os.cpu_count()} cores, shared with the load generator)", flush=True)  # fmt: skip
+    parts = set(args.parts.split(","))
+    with tempfile.TemporaryDirectory(prefix="kip714-enforce-") as directory:
+        workdir = Path(directory)
+        for name, part in (("neighbour", noisy_neighbour), ("cost", cost), ("slow", slow_peers)):
+            if name in parts:
+                (workdir / name).mkdir()
+                part(args, workdir / name)
+    print(f"load average at end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""Client quotas per (user, client id): push bytes, request time, instance creations.
+
+The three quota kinds of a Kafka broker, with Kafka's managers from ``quotas``:
+
+* ``push_byte_rate`` — :class:`quotas.ClientQuotaManager` of type Produce over
+  the bytes of each PushTelemetry payload as received. Permissive, like a
+  produce quota: the push is accepted and the client is throttled.
+* ``request_percentage`` — :class:`quotas.RequestQuotaManager` over the time
+  spent handling the client's requests (KIP-124), throttle bounded to one
+  window.
+* ``controller_mutation_rate`` — :class:`quotas.ControllerMutationQuotaManager`,
+  strict as CreateTopics v6+ (KIP-599): a client instance creation (a GET
+  with the zero id, or an id the server does not know) draws one token; in
+  deficit the GET is refused with THROTTLING_QUOTA_EXCEEDED and nothing is
+  created.
+
+A response carries the larger of the throttle times, and the larger one's
+manager records the throttle (``throttle-time``, ``queue-size``), as
+Kafka's ``KafkaApis`` does. Nothing here knows a transport: every call takes
+the entity and ``now_ms``, so the Kafka listener mutes its channel for the
+returned time and an HTTP listener can answer 429 with ``Retry-After``.
+
+Following Kafka, nothing is recorded while no quota of a kind is configured
+(``quotasEnabled``), so an unconfigured server pays almost nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from quotas import (
+    ClientQuotaManager,
+    ControllerMutationQuotaManager,
+    Metrics,
+    Quota,
+    QuotaType,
+    RequestQuotaManager,
+    ThrottlingQuotaExceededError,
+)
+from telemetry.enforcement.throttles import ThrottleReason, ThrottleTracker
+
+if TYPE_CHECKING:
+    from telemetry.enforcement.entity import ClientEntity
+    from telemetry.enforcement.settings import ClientQuotaSettings, QuotaSettings
+
+__all__ = ["ClientQuotas", "Throttle"]
+
+#: How often idle per-client sensors are looked for (Kafka's ``ExpireSensorTask`` period).
+SENSOR_EXPIRY_PERIOD_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """The throttle of one response: how long, and which quota set it (``None`` if 0)."""
+
+    time_ms: int = 0
+    reason: ThrottleReason | None = None
+
+
+NO_THROTTLE = Throttle()
+
+
+class ClientQuotas:
+    """The client quota managers of one server, shared by every listener."""
+
+    def __init__(
+        self,
+        settings: QuotaSettings,
+        tracker: ThrottleTracker | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.samples = settings.window_num
+        self.window_size_s = settings.window_size_s
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.tracker = tracker if tracker is not None else ThrottleTracker()
+        self.push_bytes = ClientQuotaManager(
+            self.samples, self.window_size_s, QuotaType.PRODUCE, self.metrics
+        )
+        self.request_time = RequestQuotaManager(self.samples, self.window_size_s, self.metrics)
+        self.mutations = ControllerMutationQuotaManager(
+            self.samples, self.window_size_s, self.metrics
+        )
+        self._configured: dict[tuple[str | None, str | None], ClientQuotaSettings] = {}
+        self._next_sensor_expiry_ms = 0
+        self.apply(settings)
+
+    def apply(self, settings: QuotaSettings) -> None:
+        """Make the configured entities those of ``settings``; recorded usage is kept.
+
+        ``update_quota`` only changes the bound of an entity's existing
+        metric, so a changed or removed quota never resets what a client has
+        used. The windows cannot change on live sensors (Kafka reads
+        ``quota.window.*`` at start-up too); a different window is refused.
+        """
+        if (settings.window_num, settings.window_size_s) != (self.samples, self.window_size_s):
+            raise ValueError(
+                "quotas.window_num and quotas.window_size_s take effect only at start-up "
+                f"(running with {self.samples} x {self.window_size_s} s)"
+            )
+        wanted = {entry.entity: entry for entry in settings.clients}
+        for entity in set(self._configured) | set(wanted):
+            old = self._configured.get(entity)
+            new = wanted.get(entity)
+            for manager, name in (
+                (self.push_bytes, "push_byte_rate"),
+                (self.request_time, "request_percentage"),
+                (self.mutations, "controller_mutation_rate"),
+            ):
+                old_value = getattr(old, name) if old is not None else None
+                new_value = getattr(new, name) if new is not None else None
+                if old_value != new_value:
+                    quota = None if new_value is None else Quota.upper_bound(new_value)
+                    manager.update_quota(entity[0], entity[1], quota)
+        self._configured = wanted
+
+    # -- per request -------------------------------------------------------------------------
+
+    def admit_instance_creation(self, entity: ClientEntity, now_ms: int) -> int:
+        """Draw one token for a new client instance; the throttle if refused, else 0.
+
+        Strict (KIP-599, CreateTopics v6+): a bucket in deficit refuses and
+        records nothing; a bucket with any tokens left accepts.
+        """
+        quota = self.mutations.new_quota_for(entity.user, entity.client_id, True, now_ms)
+        try:
+            quota.record(1.0, now_ms)
+        except ThrottlingQuotaExceededError as refused:
+            return refused.throttle_time_ms
+        return 0
+
+    def finish_request(
+        self,
+        entity: ClientEntity,
+        request_nanos: int,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+    ) -> Throttle:
+        """Record a handled request's time (and a push's bytes); return its throttle.
+
+        ``mutation_throttle_ms`` is what :meth:`admit_instance_creation`
+        returned for this request. The throttle returned is the largest of
+        the three, and is recorded against its quota (Kafka's
+        ``sendResponseMaybeThrottle``): the caller only applies it.
+        """
+        user, client_id = entity
+        byte_ms = 0
+        if push_bytes is not None:
+            byte_ms = self.push_bytes.maybe_record_and_get_throttle_time_ms(
+                user, client_id, push_bytes, now_ms
+            )
+        request_ms = self.request_time.maybe_record_and_get_throttle_time_ms(
+            user, client_id, request_nanos, now_ms
+        )
+        if byte_ms <= 0 and request_ms <= 0 and mutation_throttle_ms <= 0:
+            return NO_THROTTLE
+        throttle_ms, reason, manager = max(
+            (mutation_throttle_ms, ThrottleReason.CONTROLLER_MUTATION_RATE, self.mutations),
+            (byte_ms, ThrottleReason.PUSH_BYTE_RATE, self.push_bytes),
+            (request_ms, ThrottleReason.REQUEST_PERCENTAGE, self.request_time),
+            key=lambda candidate: candidate[0],
+        )
+        self.tracker.throttle(reason, entity, throttle_ms, now_ms, manager)
+        return Throttle(throttle_ms, reason)
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """End elapsed throttles; now and then drop sensors idle for an hour."""
+        self.tracker.release_expired(now_ms)
+        if now_ms >= self._next_sensor_expiry_ms:
+            self._next_sensor_expiry_ms = now_ms + SENSOR_EXPIRY_PERIOD_MS
+            self.metrics.expire_sensors(now_ms)
