@@ -503,19 +503,36 @@ class KafkaListener:
         request: PushTelemetryRequest,
         started_ns: int,
     ) -> tuple[bytes, int] | PendingResponse:
+        client_instance_id = Uuid.from_bytes(request.client_instance_id.bytes)
+        now_ms = self.clock()
+        # The bytes as received, accepted or not (Kafka's produce quota
+        # records every request; an over-quota push is still accepted).
+        push_bytes = len(request.metrics)
+        if not client_instance_id.is_reserved and self.manager.creates_instance(
+            client_instance_id, now_ms
+        ):
+            # A push with an unknown id makes an instance as a GET does (Kafka's
+            # ClientMetricsManager), so it draws from the same strict bucket:
+            # otherwise made-up ids would be a way around it.
+            refused_ms = self.enforcement.clients.admit_instance_creation(state.entity, now_ms)
+            if refused_ms > 0:
+                throttle = self._finish_request(
+                    state, started_ns, push_bytes=push_bytes, mutation_throttle_ms=refused_ms
+                ).time_ms
+                refusal = ManagerPushResponse(
+                    throttle_time_ms=throttle, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+                )
+                return _push_response(header, refusal, throttle)
         outcome = self.manager.validate_push(
-            client_instance_id=Uuid.from_bytes(request.client_instance_id.bytes),
+            client_instance_id=client_instance_id,
             subscription_id=request.subscription_id,
             terminating=request.terminating,
             compression_type=request.compression_type,
             metrics=None if request.metrics_was_null else request.metrics,
             context=state.context(),
-            now_ms=self.clock(),
+            now_ms=now_ms,
             inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
-        # The bytes as received, accepted or not (Kafka's produce quota
-        # records every request; an over-quota push is still accepted).
-        push_bytes = len(request.metrics)
 
         def finish() -> int:
             """Record the request (its time so far, its bytes); the quota throttle."""

@@ -10,6 +10,7 @@ has elapsed since the throttled request was sent.
 from __future__ import annotations
 
 import logging
+import uuid
 import time
 from typing import TYPE_CHECKING
 
@@ -182,3 +183,26 @@ async def test_push_refused_by_the_gate_still_counts_its_bytes(tmp_path: Path) -
     # 2P over 10 s against a quota of 2P / 10.5: 5 % over, 500 ms.
     assert early.throttle_time_ms == 500
     assert isinstance(early, PushTelemetryResponse)
+
+
+async def test_a_push_with_a_made_up_instance_id_draws_from_the_mutation_bucket(
+    tmp_path: Path,
+) -> None:
+    """A push with an unknown id would create an instance, so it is charged like a GET."""
+    clock = ManualClock()
+    enforcer = enforcement(client_id="inventor", controller_mutation_rate=1.0)
+    payload = otlp_payload("org.apache.kafka.producer.made.up", points=2)
+    async with running_server(tmp_path, clock=clock, enforcement=enforcer) as server:
+        client = await server.connect("inventor")
+        for _ in range(12):  # drain the bucket (11 tokens) into deficit
+            await client.get_subscriptions(ZERO_ID)
+        created = server.manager.stats.instances_created
+        refused = await client.push(uuid.uuid4(), 1234, payload)
+        after = server.manager.stats.instances_created
+        await client.close()
+
+    assert created == 12
+    assert refused.error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert refused.throttle_time_ms == 1000
+    assert after == created  # nothing was created for the made-up id
+    assert server.log.log_end == 0  # and nothing was logged
