@@ -103,7 +103,8 @@ def test_an_acknowledged_append_survives_kill_9(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from telemetry.metastore import MetadataStore, ConfigRecord\n"
         "store = MetadataStore.open(Path(sys.argv[1]))\n"
-        "store.append([ConfigRecord(resource_type=16, resource_name='s', name='metrics', value='*')])\n"
+        "record = ConfigRecord(resource_type=16, resource_name='s', name='metrics', value='*')\n"
+        "store.append([record])\n"
         "print('acked', flush=True)\n"
         "os.kill(os.getpid(), 9)\n"
     )
