@@ -22,7 +22,6 @@ from telemetry.metastore import (
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
 )
-from telemetry.metastore import store as store_module
 from telemetry.metastore.records import HEADER, MAX_BODY
 from telemetry.security import ScramMechanism, derive_credential
 
@@ -249,7 +248,7 @@ def test_a_failed_fsync_fails_the_store_for_good(
     def failing_fsync(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(store_module.os, "fsync", failing_fsync)
+    monkeypatch.setattr(os, "fsync", failing_fsync)
     with pytest.raises(MetadataStoreFailedError):
         store.append([_config("b", "metrics", "*")])
     monkeypatch.undo()
