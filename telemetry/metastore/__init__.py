@@ -11,7 +11,29 @@ primitives, ``telemetry.security`` and ``telemetry.subscriptions``.
 
 from __future__ import annotations
 
+from telemetry.metastore.client_metrics_alter import (
+    DUPLICATE_RESOURCE_MESSAGE,
+    ClientMetricsAlteration,
+    alter_client_metrics,
+    apply_ops,
+    duplicate_resources,
+)
 from telemetry.metastore.image import CLIENT_METRICS_RESOURCE, MetadataImage, QuotaEntity
+from telemetry.metastore.precedence import (
+    CLIENT_METRICS_KEYS,
+    EMPTY_NAME_MESSAGE,
+    client_metrics_names,
+    describe_client_metrics,
+    merge_subscriptions,
+    static_config,
+)
+from telemetry.metastore.quota_alter import (
+    KEY_ALIASES,
+    PUSH_BYTE_RATE,
+    UnsupportedEntityTypeError,
+    alter_client_quotas,
+    describe_client_quotas,
+)
 from telemetry.metastore.records import (
     ClientQuotaRecord,
     ConfigRecord,
@@ -29,8 +51,14 @@ from telemetry.metastore.store import (
 )
 
 __all__ = [
+    "CLIENT_METRICS_KEYS",
     "CLIENT_METRICS_RESOURCE",
+    "DUPLICATE_RESOURCE_MESSAGE",
+    "EMPTY_NAME_MESSAGE",
+    "KEY_ALIASES",
     "META_DIR",
+    "PUSH_BYTE_RATE",
+    "ClientMetricsAlteration",
     "ClientQuotaRecord",
     "ConfigRecord",
     "MetadataCorruptionError",
@@ -42,5 +70,15 @@ __all__ = [
     "MetadataStoreFailedError",
     "QuotaEntity",
     "RemoveUserScramCredentialRecord",
+    "UnsupportedEntityTypeError",
     "UserScramCredentialRecord",
+    "alter_client_metrics",
+    "alter_client_quotas",
+    "apply_ops",
+    "client_metrics_names",
+    "describe_client_metrics",
+    "describe_client_quotas",
+    "duplicate_resources",
+    "merge_subscriptions",
+    "static_config",
 ]
