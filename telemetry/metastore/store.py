@@ -28,6 +28,7 @@ and snapshots the new snapshot covers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -260,6 +261,8 @@ class MetadataStore:
             # The log still holds every record, so the store stays usable; a
             # later snapshot retries. Only the bound on replay is delayed.
             logger.error("metadata snapshot at offset %d failed: %s", offset, error)
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
             return
         self._since_snapshot = 0
         logger.info("metadata snapshot written at offset %d", offset)

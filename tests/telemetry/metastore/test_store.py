@@ -284,3 +284,25 @@ def test_an_empty_append_writes_nothing(tmp_path: Path) -> None:
         store.append([])
         assert store.next_offset == 0
     assert _segments(tmp_path)[0].stat().st_size == 0
+
+
+def test_a_failed_snapshot_is_logged_and_the_log_keeps_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MetadataStore.open(tmp_path, snapshot_interval_records=2)
+
+    def failing_replace(source: object, target: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with caplog.at_level(logging.ERROR, "telemetry.metastore.store"):
+        store.append([_config("a", "metrics", "*"), _config("b", "metrics", "*")])
+    assert "metadata snapshot at offset 2 failed" in caplog.text
+    assert _snapshots(tmp_path) == []
+    assert not list((tmp_path / "meta").glob("*.tmp"))
+    monkeypatch.undo()
+    store.append([_config("c", "metrics", "*")])  # still accepted; the snapshot is retried
+    assert [path.name for path in _snapshots(tmp_path)] == ["00000000000000000003.checkpoint"]
+    store.close()
+    with MetadataStore.open(tmp_path) as reopened:
+        assert set(reopened.image.client_metrics) == {"a", "b", "c"}
