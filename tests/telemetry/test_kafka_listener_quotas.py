@@ -10,8 +10,8 @@ has elapsed since the throttled request was sent.
 from __future__ import annotations
 
 import logging
-import uuid
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 import pytest
