@@ -25,6 +25,7 @@ from telemetry.data_dir_lock import DataDirLock
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http_app import create_app
+from telemetry.http_forward import ForwardHandler
 from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
 from telemetry.manager import TelemetryManager
@@ -157,7 +158,10 @@ class Server:
                 self.manager, self.listener, self.log, self.hosts, self.rollup_retention
             )
         )
-        self._runner = web.AppRunner(create_app(registry, self.health), access_log=None)
+        forward = ForwardHandler(
+            self.log, settings.forward, settings.telemetry.max_decompressed_bytes
+        )
+        self._runner = web.AppRunner(create_app(registry, self.health, forward), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from telemetry.errors import ConfigError, TelemetryError
+from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
 from telemetry.subscriptions import Subscription, validate_subscription
@@ -71,6 +72,8 @@ class Settings:
     config_path: Path | None = None
     #: ``[rollups] retention_hours``: delete rollup hours older than this; ``None`` keeps them.
     rollups_retention_hours: int | None = None
+    #: ``[forward]``: ``POST /v1/telemetry/forward`` for the Kafka broker plugin.
+    forward: ForwardSettings = field(default_factory=ForwardSettings)
 
     @property
     def log_dir(self) -> Path:
@@ -147,7 +150,17 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     _refuse_unknown(
         "",
         document,
-        {"data_dir", "telemetry", "kafka", "http", "log", "subscriptions", "exporters", "rollups"},
+        {
+            "data_dir",
+            "telemetry",
+            "kafka",
+            "http",
+            "log",
+            "subscriptions",
+            "exporters",
+            "rollups",
+            "forward",
+        },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
     subscriptions = (
@@ -187,6 +200,19 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         exporters=exporters,
         rollups_retention_hours=_retention_hours(
             "rollups.retention_hours", _section("rollups", document, {"retention_hours"})
+        ),
+        forward=_forward(_section("forward", document, {"token", "max_request_bytes"})),
+    )
+
+
+def _forward(section: Mapping[str, Any]) -> ForwardSettings:
+    token = section.get("token")
+    return ForwardSettings(
+        token=None if token is None else _string("forward.token", token),
+        max_request_bytes=_int(
+            "forward.max_request_bytes",
+            section.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
+            1024,
         ),
     )
 
