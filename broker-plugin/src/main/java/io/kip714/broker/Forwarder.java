@@ -17,6 +17,7 @@ import java.util.concurrent.locks.ReentrantLock;
 import javax.management.JMException;
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
+import javax.management.StandardMBean;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -389,7 +390,7 @@ final class Forwarder implements ForwarderStatsMBean, AutoCloseable {
                         MBEAN_NAME);
                 return;
             }
-            server.registerMBean(this, name);
+            server.registerMBean(new StandardMBean(this, ForwarderStatsMBean.class), name);
             mbean = name;
         } catch (JMException e) {
             LOG.warn("cannot register {}: {}", MBEAN_NAME, e.toString());
