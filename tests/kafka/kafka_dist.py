@@ -1,4 +1,4 @@
-"""A real Apache Kafka broker from Maven Central jars, with the kip714 broker plugin on its class path.
+"""A real Apache Kafka broker from Maven Central jars, with the kip714 plugin on its class path.
 
 No Docker and no release tarball: ``tests/kafka/pom.xml`` lists the broker,
 its tools and the Java client, and Maven copies them (with every transitive
@@ -71,7 +71,7 @@ def kafka_jars() -> Path:
 
 
 def plugin_jar() -> Path:
-    """The broker plugin, rebuilt (tests included) when a source or the pom is newer than the jar."""
+    """The plugin jar, rebuilt (tests included) when a source or the pom is newer than the jar."""
     sources = [PLUGIN_DIR / "pom.xml", *(PLUGIN_DIR / "src").rglob("*.java")]
     newest = max(path.stat().st_mtime for path in sources)
     if not PLUGIN_JAR.exists() or PLUGIN_JAR.stat().st_mtime < newest:
@@ -161,11 +161,9 @@ class KafkaBroker:
         """Format the storage (first start only), start the JVM, wait for "Kafka Server started"."""
         if not (self.workdir / "data" / "meta.properties").exists():
             cluster_id = str(Uuid.random())
+            format_args = ("format", "-t", cluster_id, "-c", str(self.properties_path))
             subprocess.run(
-                self._jvm(
-                    "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                    "-c", str(self.properties_path), heap="256m",
-                ),  # fmt: skip
+                self._jvm("kafka.tools.StorageTool", *format_args, heap="256m"),
                 check=True,
                 timeout=START_TIMEOUT_S,
                 stdin=subprocess.DEVNULL,
@@ -193,17 +191,21 @@ class KafkaBroker:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def stop(self) -> int:
-        """SIGTERM and wait for a clean shutdown (the plugin flushes and logs its counters)."""
+    def stop(self) -> bool:
+        """SIGTERM and wait; True for a clean shutdown (the plugin flushed and logged its counters).
+
+        A JVM that ran its shutdown hooks after SIGTERM exits 143 (128 + 15).
+        """
         process = self.process
         if process is None or process.poll() is not None:
-            return process.returncode if process is not None else 0
+            return False
         process.send_signal(signal.SIGTERM)
         try:
-            return process.wait(STOP_TIMEOUT_S)
+            code = process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError("the Kafka broker did not stop within 30 s") from None
+        return code in {0, 128 + signal.SIGTERM}
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
