@@ -41,14 +41,18 @@ FORWARDER_STOPPED = re.compile(
 
 
 def _maven(*args: str) -> None:
-    subprocess.run(
+    """Run Maven (its local repository ~/.m2 is the download cache); its output on failure."""
+    result = subprocess.run(
         ["mvn", "-B", "-q", *args],
-        check=True,
+        check=False,
         timeout=MAVEN_TIMEOUT_S,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
     )
+    if result.returncode != 0:
+        raise AssertionError(f"mvn {' '.join(args)} failed:\n{result.stdout[-5000:]}")
 
 
 def kafka_jars() -> Path:
