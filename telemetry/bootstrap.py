@@ -27,6 +27,7 @@ from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, add_ingest_routes
 from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http_app import create_app
+from telemetry.http_forward import ForwardHandler
 from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
 from telemetry.manager import TelemetryManager
@@ -173,7 +174,10 @@ class Server:
             manager=self.manager, log=self.log, decompressor=self.listener.decompressor
         )
         registry.register(HttpIngestCollector(ingest.stats))
-        app = create_app(registry, self.health, self.readiness)
+        forward = ForwardHandler(
+            self.log, settings.forward, settings.telemetry.max_decompressed_bytes
+        )
+        app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
         # The ingestion routes decode Content-Encoding themselves, bounded.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
+from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
 from telemetry.subscriptions import Subscription, validate_subscription
@@ -80,6 +81,8 @@ class Settings:
     config_path: Path | None = None
     #: ``[rollups] retention_hours``: delete rollup hours older than this; ``None`` keeps them.
     rollups_retention_hours: int | None = None
+    #: ``[forward]``: ``POST /v1/telemetry/forward`` for the Kafka broker plugin.
+    forward: ForwardSettings = field(default_factory=ForwardSettings)
 
     @property
     def log_dir(self) -> Path:
@@ -167,6 +170,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "rollups",
             "quotas",
             "limits",
+            "forward",
         },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -220,6 +224,19 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         ),
         quotas=parse_quotas(_table("quotas", document.get("quotas", {}))),
         limits=limits,
+        forward=_forward(_section("forward", document, {"token", "max_request_bytes"})),
+    )
+
+
+def _forward(section: Mapping[str, Any]) -> ForwardSettings:
+    token = section.get("token")
+    return ForwardSettings(
+        token=None if token is None else _string("forward.token", token),
+        max_request_bytes=_int(
+            "forward.max_request_bytes",
+            section.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
+            1024,
+        ),
     )
 
 

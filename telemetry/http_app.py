@@ -1,4 +1,4 @@
-"""The HTTP front door (aiohttp): liveness, readiness and Prometheus metrics.
+"""The HTTP front door (aiohttp): liveness, readiness, Prometheus metrics, forwarded pushes.
 
 The composition root adds the ingestion routes (``telemetry.http``:
 OTLP/HTTP and KIP-714 over HTTP) to this app.
@@ -11,18 +11,23 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
+from telemetry.http_forward import FORWARD_PATH
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from prometheus_client import CollectorRegistry
+
+    from telemetry.http_forward import ForwardHandler
 
 
 def create_app(
     registry: CollectorRegistry,
     health: Callable[[], dict[str, object]],
     readiness: Callable[[], list[str]] | None = None,
+    forward: ForwardHandler | None = None,
 ) -> web.Application:
-    """``GET /healthz`` (liveness), ``GET /readyz`` (readiness) and ``GET /metrics``.
+    """``GET /healthz`` (liveness), ``/readyz`` (readiness), ``/metrics``, the forward route.
 
     ``/healthz`` answers 200 while the process runs, with the details in its
     JSON; ``/readyz`` answers 503 with the reasons while the server cannot
@@ -42,4 +47,6 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    if forward is not None:
+        app.router.add_post(FORWARD_PATH, forward.handle)
     return app

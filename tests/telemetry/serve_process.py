@@ -25,8 +25,11 @@ START_TIMEOUT_S = 30.0
 class ServeProcess:
     """``kip714 serve`` with its stderr drained into ``lines`` by a thread."""
 
-    def __init__(self, data_dir: Path, config: str | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, config: str | None = None, http_listen: str = "127.0.0.1:0"
+    ) -> None:
         self.data_dir = data_dir
+        self.http_listen = http_listen
         self.config_path: Path | None = None
         if config is not None:
             self.config_path = data_dir.parent / f"{data_dir.name}.toml"
@@ -40,7 +43,7 @@ class ServeProcess:
     def start(self) -> ServeProcess:
         command = [
             sys.executable, "-m", "telemetry", "serve",
-            "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+            "--kafka-listen", "127.0.0.1:0", "--http-listen", self.http_listen,
             "--data-dir", str(self.data_dir), "--log-format", "json",
         ]  # fmt: skip
         if self.config_path is not None:

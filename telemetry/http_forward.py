@@ -1,0 +1,345 @@
+"""``POST /v1/telemetry/forward``: pushes a Kafka broker accepted, forwarded by the broker plugin.
+
+A broker running ``broker-plugin/`` has already applied KIP-714's rules
+(subscriptions, push gating, ``telemetry.max.bytes``) and decompressed the
+payload, so kip714 does not judge these pushes again: it authenticates the
+broker, logs each push durably, then answers one Kafka error code per push.
+
+Why a binary framing rather than JSON: a batch holds up to megabytes of OTLP
+bytes, and base64 would cost the broker a third more to send and both sides
+a pass over every byte; the framing is as simple as Kafka's own (see
+``docs/plugin.md``)::
+
+    request := version:int8(=1) broker_id:int32 count:int32 push[count]
+    push    := client_instance_id:16 bytes  flags:int8 (0x01 terminating)
+               push_interval_ms:int32 (-1 unknown)  received_time_ms:int64
+               source_port:int32 (-1 unknown)
+               7 × string  (client_id, software_name, software_version,
+                            source_address, principal, listener, content_type)
+               payload_length:int32  payload
+    string  := length:int16 (-1 = null)  UTF-8 bytes
+
+All integers are big-endian. The reply is JSON,
+``{"error_codes": [0, 89, …], "throttle_time_ms": 0}``: 0 logged,
+THROTTLING_QUOTA_EXCEEDED (89) retry later (the log is full),
+TELEMETRY_TOO_LARGE (118) never (bigger than
+``telemetry.max_decompressed_bytes`` or the log's record limit).
+
+The broker's context lands as two resource attributes added to every
+resource of the payload, ``kafka.broker.id`` (int) and
+``kafka.broker.listener``, replacing any the client sent: a client must not
+be able to claim which broker it came through.
+
+Quotas: the caller is the broker, identified by the token; pushes are not
+throttled per broker principal yet. Enforcement belongs in
+``ForwardHandler.handle`` after authentication, where the whole request's
+payload bytes are known before anything is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from aiohttp import web
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+
+from telemetry.client_uuid import Uuid
+from telemetry.errors import ErrorCode
+from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+
+if TYPE_CHECKING:
+    from telemetry.kafka_listener import PushLog
+
+__all__ = [
+    "BROKER_ID_ATTRIBUTE",
+    "BROKER_LISTENER_ATTRIBUTE",
+    "CONTENT_TYPE",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "FORWARD_PATH",
+    "ForwardFormatError",
+    "ForwardHandler",
+    "ForwardRequest",
+    "ForwardSettings",
+    "ForwardedPush",
+    "decode_forward_request",
+]
+
+_log = logging.getLogger(__name__)
+
+FORWARD_PATH: Final = "/v1/telemetry/forward"
+CONTENT_TYPE: Final = "application/x-kip714-forward"
+BROKER_ID_ATTRIBUTE: Final = "kafka.broker.id"
+BROKER_LISTENER_ATTRIBUTE: Final = "kafka.broker.listener"
+FORMAT_VERSION: Final = 1
+#: The plugin's batches are 4 MiB by default; a single push may be larger.
+DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
+_TERMINATING: Final = 0x01
+_HEAD: Final = struct.Struct(">bii")
+_PUSH_FIXED: Final = struct.Struct(">16sbiqi")
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+#: The fewest bytes one push takes (no strings, empty payload): bounds ``count``.
+_MIN_PUSH: Final = _PUSH_FIXED.size + 7 * _INT16.size + _INT32.size
+#: Retryable for the plugin (87 would be final for a Kafka client; 89 is "later").
+_RETRY_LATER_MS: Final = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardSettings:
+    """``[forward]``: the token brokers present, and the largest request taken.
+
+    ``token`` ``None`` disables the route (403): an open forward endpoint
+    would let anyone write data that claims to come from the cluster.
+    """
+
+    token: str | None = None
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+
+
+class ForwardFormatError(ValueError):
+    """The body is not a forward request of a known version."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedPush:
+    client_instance_id: str
+    terminating: bool
+    push_interval_ms: int | None
+    received_time_ms: int
+    client_source_port: int | None
+    client_id: str | None
+    client_software_name: str | None
+    client_software_version: str | None
+    client_source_address: str | None
+    principal: str | None
+    listener: str | None
+    content_type: str | None
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardRequest:
+    broker_id: int | None
+    pushes: list[ForwardedPush]
+
+
+def decode_forward_request(body: bytes) -> ForwardRequest:
+    """Parse a whole request; every length is checked against what is left of ``body``.
+
+    Raises:
+        ForwardFormatError: Unknown version, truncated or trailing bytes, bad UTF-8.
+    """
+    view = memoryview(body)
+    try:
+        version, broker_id, count = _HEAD.unpack_from(view, 0)
+    except struct.error:
+        raise ForwardFormatError("shorter than the request header") from None
+    if version != FORMAT_VERSION:
+        raise ForwardFormatError(f"unknown forward format version {version}")
+    position = _HEAD.size
+    if count < 0 or count > (len(body) - position) // _MIN_PUSH:
+        raise ForwardFormatError(f"push count {count} does not fit the body")
+    pushes = []
+    try:
+        for _ in range(count):
+            push, position = _decode_push(view, position)
+            pushes.append(push)
+    except struct.error:
+        raise ForwardFormatError("truncated push") from None
+    if position != len(body):
+        raise ForwardFormatError(f"{len(body) - position} bytes after the last push")
+    return ForwardRequest(None if broker_id < 0 else broker_id, pushes)
+
+
+def _decode_push(view: memoryview, position: int) -> tuple[ForwardedPush, int]:
+    raw_id, flags, interval, received_ms, port = _PUSH_FIXED.unpack_from(view, position)
+    position += _PUSH_FIXED.size
+    strings: list[str | None] = []
+    for _ in range(7):
+        (length,) = _INT16.unpack_from(view, position)
+        position += _INT16.size
+        if length < 0:
+            strings.append(None)
+            continue
+        if position + length > len(view):
+            raise ForwardFormatError("string past the end of the body")
+        try:
+            strings.append(str(view[position : position + length], "utf-8"))
+        except UnicodeDecodeError as error:
+            raise ForwardFormatError(f"invalid UTF-8: {error.reason}") from None
+        position += length
+    (length,) = _INT32.unpack_from(view, position)
+    position += _INT32.size
+    if length < 0 or position + length > len(view):
+        raise ForwardFormatError("payload past the end of the body")
+    payload = bytes(view[position : position + length])
+    position += length
+    client_id, name, version, address, principal, listener, content_type = strings
+    return (
+        ForwardedPush(
+            client_instance_id=str(Uuid.from_bytes(raw_id)),
+            terminating=bool(flags & _TERMINATING),
+            push_interval_ms=interval if interval >= 0 else None,
+            received_time_ms=received_ms,
+            client_source_port=port if 0 <= port <= 65535 else None,
+            client_id=client_id,
+            client_software_name=name,
+            client_software_version=version,
+            client_source_address=address,
+            principal=principal,
+            listener=listener,
+            content_type=content_type,
+            payload=payload,
+        ),
+        position,
+    )
+
+
+def with_broker_attributes(payload: bytes, broker_id: int | None, listener: str | None) -> bytes:
+    """``payload`` with the broker's id and listener set on every resource.
+
+    A payload that is not OTLP is logged unchanged: the landing counts it
+    as undecodable, as it would from a client connected directly.
+    """
+    if broker_id is None and listener is None:
+        return payload
+    data = MetricsData()
+    try:
+        data.ParseFromString(payload)
+    except Exception:  # upb's DecodeError, or whatever else the parser raises
+        return payload
+    ours = {BROKER_ID_ATTRIBUTE, BROKER_LISTENER_ATTRIBUTE}
+    for resource_metrics in data.resource_metrics:
+        attributes = resource_metrics.resource.attributes
+        kept = [kv for kv in attributes if kv.key not in ours]
+        del attributes[:]
+        attributes.extend(kept)
+        if broker_id is not None:
+            attributes.append(KeyValue(key=BROKER_ID_ATTRIBUTE)).value.int_value = broker_id
+        if listener is not None:
+            attributes.append(KeyValue(key=BROKER_LISTENER_ATTRIBUTE)).value.string_value = listener
+    serialized: bytes = data.SerializeToString()
+    return serialized
+
+
+class ForwardHandler:
+    """The route's handler: authenticate, read within bounds, log every push, answer per push."""
+
+    def __init__(self, log: PushLog, settings: ForwardSettings, max_payload_bytes: int) -> None:
+        self._log = log
+        self._settings = settings
+        self._max_payload_bytes = max_payload_bytes
+        self._token = None if settings.token is None else settings.token.encode("utf-8")
+
+    async def handle(self, request: web.Request) -> web.Response:
+        refusal = self._authenticate(request)
+        if refusal is not None:
+            return refusal
+        body = await self._read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            forward = decode_forward_request(body)
+        except ForwardFormatError as error:
+            return web.json_response({"error": f"not a forward request: {error}"}, status=400)
+        codes, throttle_ms = await self._log_pushes(forward)
+        return web.json_response({"error_codes": codes, "throttle_time_ms": throttle_ms})
+
+    def _authenticate(self, request: web.Request) -> web.Response | None:
+        if self._token is None:
+            return web.json_response(
+                {"error": "forwarding is disabled: set forward.token"}, status=403
+            )
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            presented.strip().encode("utf-8"), self._token
+        ):
+            return web.json_response(
+                {"error": "a valid bearer token is required"},
+                status=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return None
+
+    async def _read_body(self, request: web.Request) -> bytes | web.Response:
+        """The body, never buffering more than ``max_request_bytes`` (lying lengths included)."""
+        limit = self._settings.max_request_bytes
+        too_large = web.json_response(
+            {"error": f"request larger than forward.max_request_bytes ({limit})"}, status=413
+        )
+        if request.content_length is not None and request.content_length > limit:
+            return too_large
+        chunks = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                return too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _log_pushes(self, forward: ForwardRequest) -> tuple[list[int], int]:
+        """Append every push, then wait until each is durable or failed."""
+        codes: list[int] = []
+        pending: list[tuple[int, asyncio.Future[None]]] = []
+        throttle_ms = 0
+        for index, push in enumerate(forward.pushes):
+            if len(push.payload) > self._max_payload_bytes:
+                codes.append(int(ErrorCode.TELEMETRY_TOO_LARGE))
+                continue
+            payload = with_broker_attributes(push.payload, forward.broker_id, push.listener)
+            try:
+                _, durable = self._log.append_nowait(_context(push), payload)
+            except Exception as error:
+                code, wait_ms = _refused(error)
+                codes.append(code)
+                throttle_ms = max(throttle_ms, wait_ms)
+                continue
+            codes.append(int(ErrorCode.NONE))
+            pending.append((index, durable))
+        if pending:
+            # A cancelled request cancels only this wait: the log skips futures
+            # that are done, and a queued record is still written (unanswered,
+            # so the plugin retries it: at least once, like a producer retry).
+            results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
+            for (index, _), result in zip(pending, results, strict=True):
+                if isinstance(result, BaseException):
+                    code, wait_ms = _refused(result)
+                    codes[index] = code
+                    throttle_ms = max(throttle_ms, wait_ms)
+        return codes, throttle_ms
+
+
+def _refused(error: BaseException) -> tuple[int, int]:
+    """A Kafka error code and throttle time for a push the log did not take."""
+    if isinstance(error, LogFullError):
+        return int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), error.throttle_time_ms
+    if isinstance(error, RecordTooLargeError):
+        return int(ErrorCode.TELEMETRY_TOO_LARGE), 0
+    _log.error("the ingest log could not take a forwarded push: %s", error)
+    return int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), _RETRY_LATER_MS
+
+
+def _context(push: ForwardedPush) -> PushContext:
+    """The push's context as the log keeps it; the broker exposes no subscription id (0)."""
+    return PushContext(
+        client_instance_id=push.client_instance_id,
+        subscription_id=0,
+        received_time_ms=push.received_time_ms,
+        push_interval_ms=push.push_interval_ms or 0,
+        terminating=push.terminating,
+        content_type=push.content_type or "OTLP",
+        client_id=push.client_id or None,
+        client_software_name=push.client_software_name,
+        client_software_version=push.client_software_version,
+        client_source_address=push.client_source_address,
+        client_source_port=push.client_source_port,
+        principal=push.principal,
+    )

@@ -1,0 +1,238 @@
+"""``POST /v1/telemetry/forward`` on a real server: what the plugin sends lands, nothing else."""
+
+from __future__ import annotations
+
+import struct
+import tracemalloc
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+
+from telemetry.bootstrap import Server
+from telemetry.client_uuid import Uuid
+from telemetry.config import load_settings
+from telemetry.errors import ErrorCode
+from telemetry.http_forward import (
+    BROKER_ID_ATTRIBUTE,
+    BROKER_LISTENER_ATTRIBUTE,
+    CONTENT_TYPE,
+    FORWARD_PATH,
+    ForwardFormatError,
+    decode_forward_request,
+    with_broker_attributes,
+)
+from tests.exporters.parquet_support import read_table
+from tests.exporters.support import payload
+from tests.telemetry.kafka_wire_client import otlp_payload
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+TOKEN = "broker-secret"
+INSTANCE = Uuid(0x0123456789ABCDEF, 0x0FEDCBA987654321)
+
+
+def encode_string(value: str | None) -> bytes:
+    if value is None:
+        return struct.pack(">h", -1)
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_push(
+    data: bytes,
+    *,
+    client_id: str | None = "orders",
+    terminating: bool = False,
+    interval_ms: int = 1000,
+    received_ms: int = 1_700_000_000_000,
+    port: int = 40123,
+    listener: str | None = "PLAINTEXT",
+) -> bytes:
+    """One push as the Java plugin's ``ForwardCodec`` writes it."""
+    strings = (
+        client_id,
+        "apache-kafka-java",
+        "4.4.0",
+        "127.0.0.1",
+        "User:ANONYMOUS",
+        listener,
+        "OTLP",
+    )
+    return (
+        INSTANCE.to_bytes()
+        + struct.pack(">biqi", 1 if terminating else 0, interval_ms, received_ms, port)
+        + b"".join(encode_string(s) for s in strings)
+        + struct.pack(">i", len(data))
+        + data
+    )
+
+
+def encode_request(broker_id: int, pushes: list[bytes]) -> bytes:
+    return struct.pack(">bii", 1, broker_id, len(pushes)) + b"".join(pushes)
+
+
+@pytest.fixture
+async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Server]:
+    forward = getattr(request, "param", f'[forward]\ntoken = "{TOKEN}"\n')
+    config = tmp_path / "kip714.toml"
+    config.write_text(forward + "[telemetry]\nmax_bytes = 1024\nmax_decompressed_bytes = 4096\n")
+    settings = load_settings(
+        config, data_dir=tmp_path / "data", kafka_listen="127.0.0.1:0", http_listen="127.0.0.1:0"
+    )
+    running = Server(settings)
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def post(server: Server, body: bytes, token: str | None = TOKEN) -> tuple[int, Any]:
+    assert server.http_address is not None
+    host, port = server.http_address
+    headers = {"Content-Type": CONTENT_TYPE}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"http://{host}:{port}{FORWARD_PATH}", data=body, headers=headers) as answer,
+    ):
+        return answer.status, await answer.json()
+
+
+async def test_forwarded_pushes_land_with_the_clients_and_the_brokers_context(
+    server: Server, tmp_path: Path
+) -> None:
+    body = encode_request(
+        3,
+        [
+            encode_push(otlp_payload("org.apache.kafka.producer.a", points=2)),
+            encode_push(otlp_payload("org.apache.kafka.producer.b"), terminating=True, port=-1),
+        ],
+    )
+    status, answer = await post(server, body)
+    assert (status, answer) == (200, {"error_codes": [0, 0], "throttle_time_ms": 0})
+    await server.stop()
+
+    rows = read_table(tmp_path / "data").to_pylist()
+    assert [r["metric_name"] for r in rows] == [
+        "org.apache.kafka.producer.a",
+        "org.apache.kafka.producer.a",
+        "org.apache.kafka.producer.b",
+    ]
+    first, last = rows[0], rows[-1]
+    assert first["client_instance_id"] == str(INSTANCE)
+    assert first["client_id"] == "orders"
+    assert first["client_software_name"] == "apache-kafka-java"
+    assert first["client_source_address"] == "127.0.0.1"
+    assert first["principal"] == "User:ANONYMOUS"
+    assert dict(first["resource_attributes"]) == {
+        BROKER_ID_ATTRIBUTE: "3",
+        BROKER_LISTENER_ATTRIBUTE: "PLAINTEXT",
+    }
+    assert first["received_time"].timestamp() == 1_700_000_000.0  # the broker's clock
+    assert not first["terminating"]
+    assert last["terminating"]
+    assert first["push_offset"] != last["push_offset"]
+
+
+async def test_a_wrong_or_missing_token_is_refused_and_nothing_is_logged(server: Server) -> None:
+    body = encode_request(1, [encode_push(otlp_payload("m"))])
+    assert (await post(server, body, token="guess"))[0] == 401
+    assert (await post(server, body, token=None))[0] == 401
+    assert server.log is not None
+    assert server.log.log_end == 0
+
+
+@pytest.mark.parametrize("server", [""], indirect=True)
+async def test_without_a_configured_token_the_route_is_disabled(server: Server) -> None:
+    status, answer = await post(server, encode_request(1, []), token="")
+    assert status == 403
+    assert "forward.token" in answer["error"]
+
+
+async def test_a_push_over_the_decompressed_limit_is_answered_too_large_alone(
+    server: Server,
+) -> None:
+    big = otlp_payload("m", points=300)
+    assert len(big) > 4096
+    body = encode_request(1, [encode_push(big), encode_push(otlp_payload("m"))])
+    status, answer = await post(server, body)
+    assert status == 200
+    assert answer["error_codes"] == [int(ErrorCode.TELEMETRY_TOO_LARGE), 0]
+    assert server.log is not None
+    assert server.log.log_end == 1
+
+
+async def test_malformed_bodies_are_400_and_the_server_keeps_serving(server: Server) -> None:
+    good = encode_push(otlp_payload("m"))
+    for body in (
+        b"",
+        encode_request(1, [good])[:-1],  # truncated payload
+        encode_request(1, [good]) + b"x",  # trailing bytes
+        struct.pack(">bii", 2, 1, 0),  # unknown version
+        struct.pack(">bii", 1, 1, 2**31 - 1),  # a count the body cannot hold
+    ):
+        status, answer = await post(server, body)
+        assert status == 400, body[:20]
+        assert "not a forward request" in answer["error"]
+    assert (await post(server, encode_request(1, [good])))[1]["error_codes"] == [0]
+
+
+@pytest.mark.parametrize(
+    "server", [f'[forward]\ntoken = "{TOKEN}"\nmax_request_bytes = 2048\n'], indirect=True
+)
+async def test_a_body_over_the_limit_is_413_without_buffering_it(server: Server) -> None:
+    assert server.http_address is not None
+    host, port = server.http_address
+
+    async def endless() -> AsyncIterator[bytes]:
+        for _ in range(10_000):  # 10 MB offered in chunks, without a Content-Length
+            yield b"\0" * 1024
+
+    tracemalloc.start()
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"http://{host}:{port}{FORWARD_PATH}",
+                data=endless(),
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            ) as answer,
+        ):
+            status = answer.status
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert status == 413
+    assert peak < 5 * 1024 * 1024  # the server kept a few kB, not the 10 MB offered
+    too_long = encode_request(1, [encode_push(b"\0" * 4000)])
+    assert (await post(server, too_long))[0] == 413
+
+
+def test_a_lying_count_costs_nothing() -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(ForwardFormatError, match="does not fit"):
+            decode_forward_request(struct.pack(">bii", 1, 1, 2**31 - 1) + b"\0" * 100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+
+
+def test_the_broker_attributes_replace_any_the_client_claims() -> None:
+    claimed = payload(resource={BROKER_ID_ATTRIBUTE: "99", "service.name": "orders"})
+    data = MetricsData.FromString(with_broker_attributes(claimed, 5, "INTERNAL"))
+    attributes = data.resource_metrics[0].resource.attributes
+    assert [(kv.key, kv.value.WhichOneof("value")) for kv in attributes] == [
+        ("service.name", "string_value"),
+        (BROKER_ID_ATTRIBUTE, "int_value"),
+        (BROKER_LISTENER_ATTRIBUTE, "string_value"),
+    ]
+    assert attributes[1].value.int_value == 5
+    assert with_broker_attributes(b"\xff not otlp", 5, None) == b"\xff not otlp"
