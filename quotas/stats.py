@@ -5,16 +5,28 @@ A sampled stat keeps up to ``samples + 1`` windows. The extra slot (Kafka
 the monitored span, so a rate does not jump when the oldest window is
 recycled. A sample whose last event is ``samples × window`` old is reset
 ("purged") when measured.
+
+The windows live in one flat ``array('d')`` per stat rather than one object
+per window: a server keeps two sampled stats for every client, and twelve
+window objects each (with their boxed floats and ints) cost four times the
+memory of twelve rows of four doubles. Millisecond timestamps are exact as
+doubles (up to 2⁵³ ms), so the arithmetic is Kafka's to the bit.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from typing import Protocol, runtime_checkable
 
 from quotas.config import MetricConfig, TimeUnit
 
-_NO_START = 2**63  # later than any sample's start
+#: Columns of the ring, each ``slots`` long: value, event count, start, last event.
+_FIELDS = 4
+#: The ring of a stat that has recorded nothing; shared, never written (a ring
+#: grows by replacement).
+_NO_RING: array[float] = array("d")
+_ZERO: array[float] = array("d", [0.0])
 
 
 @runtime_checkable
@@ -27,22 +39,19 @@ class MeasurableStat(Protocol):
 
 
 class Sample:
-    """One window of a sampled stat."""
+    """A snapshot of one window of a sampled stat (Kafka's ``SampledStat.Sample``).
 
-    __slots__ = ("event_count", "initial_value", "last_event_ms", "start_time_ms", "value")
+    The stat's ring holds the numbers; a ``Sample`` is a read-only copy, made
+    for inspection (``SampledStat.samples``), never on the recording path.
+    """
 
-    def __init__(self, initial_value: float, now_ms: int) -> None:
-        self.initial_value = initial_value
-        self.event_count = 0
-        self.start_time_ms = now_ms
-        self.last_event_ms = now_ms
-        self.value = initial_value
+    __slots__ = ("event_count", "last_event_ms", "start_time_ms", "value")
 
-    def reset(self, now_ms: int) -> None:
-        self.event_count = 0
-        self.start_time_ms = now_ms
-        self.last_event_ms = now_ms
-        self.value = self.initial_value
+    def __init__(self, value: float, event_count: int, start_time_ms: int, last_event_ms: int):
+        self.value = value
+        self.event_count = event_count
+        self.start_time_ms = start_time_ms
+        self.last_event_ms = last_event_ms
 
     def is_complete(self, now_ms: int, config: MetricConfig) -> bool:
         return (
@@ -58,57 +67,114 @@ class Sample:
 
 
 class SampledStat:
-    """A value measured over a ring of ``samples + 1`` windows; subclasses say how to combine."""
+    """A value measured over a ring of ``samples + 1`` windows; subclasses say how to combine.
 
-    __slots__ = ("_current", "_initial_value", "samples")
+    The ring is column-major: with ``n`` slots, ``ring[i]`` is window ``i``'s
+    value, ``ring[n + i]`` its event count, ``ring[2n + i]`` its start and
+    ``ring[3n + i]`` its last event (milliseconds). It grows one slot at a time,
+    as Kafka's list of samples does, and is rebuilt to the exact size each
+    time, so a full ring holds no spare capacity.
+    """
+
+    __slots__ = ("_current", "_initial_value", "_ring")
 
     def __init__(self, initial_value: float) -> None:
         self._initial_value = initial_value
         self._current = 0
-        self.samples: list[Sample] = []
+        self._ring = _NO_RING
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The windows in ring order, as snapshots."""
+        ring = self._ring
+        slots = len(ring) // _FIELDS
+        return [self._snapshot(ring, slots, slot) for slot in range(slots)]
 
     def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
-        samples = self.samples
-        if not samples:
-            sample = Sample(self._initial_value, now_ms)
-            samples.append(sample)
-        else:
-            sample = samples[self._current]
+        ring = self._ring
+        slots = len(ring) >> 2
+        if not slots:
+            ring = self._add_slot(now_ms)
+            slots = 1
+        current = self._current
+        count_at = slots + current
         # Sample.is_complete, inlined: this is the hot path of every quota check.
         if (
-            now_ms - sample.start_time_ms >= config.time_window_ms
-            or sample.event_count >= config.event_window
+            now_ms - ring[count_at + slots] >= config.time_window_ms
+            or ring[count_at] >= config.event_window
         ):
-            sample = self._advance(config, now_ms)
-        self.update(sample, value)
-        sample.event_count += 1
-        sample.last_event_ms = now_ms
+            current = self._advance(config, now_ms)
+            ring = self._ring
+            slots = len(ring) >> 2
+            count_at = slots + current
+        ring[current] = self.update(ring[current], value)
+        ring[count_at] += 1.0
+        ring[count_at + 2 * slots] = now_ms
 
-    def _advance(self, config: MetricConfig, now_ms: int) -> Sample:
+    def _advance(self, config: MetricConfig, now_ms: int) -> int:
         # One slot more than `samples`: see purge_obsolete_samples.
-        self._current = (self._current + 1) % (config.samples + 1)
-        if self._current >= len(self.samples):
-            sample = Sample(self._initial_value, now_ms)
-            self.samples.append(sample)
-            return sample
-        sample = self.samples[self._current]
-        sample.reset(now_ms)
-        return sample
+        current = (self._current + 1) % (config.samples + 1)
+        self._current = current
+        ring = self._ring
+        slots = len(ring) >> 2
+        if current >= slots:
+            self._add_slot(now_ms)
+        else:
+            self._reset(ring, slots, current, now_ms)
+        return current
+
+    def _add_slot(self, now_ms: int) -> array[float]:
+        """Replace the ring by one a slot longer, the new last slot fresh at ``now_ms``."""
+        old = self._ring
+        slots = len(old) >> 2
+        grown = slots + 1
+        ring = _ZERO * (_FIELDS * grown)  # exact size: repeat allocates no spare room
+        for column in range(_FIELDS):
+            kept = old[column * slots : (column + 1) * slots]
+            ring[column * grown : column * grown + slots] = kept
+        ring[slots] = self._initial_value
+        ring[2 * grown + slots] = now_ms
+        ring[3 * grown + slots] = now_ms
+        self._ring = ring
+        return ring
+
+    def _reset(self, ring: array[float], slots: int, slot: int, now_ms: int) -> None:
+        ring[slot] = self._initial_value
+        ring[slots + slot] = 0.0
+        ring[2 * slots + slot] = now_ms
+        ring[3 * slots + slot] = now_ms
+
+    def _snapshot(self, ring: array[float], slots: int, slot: int) -> Sample:
+        return Sample(
+            ring[slot],
+            int(ring[slots + slot]),
+            int(ring[2 * slots + slot]),
+            int(ring[3 * slots + slot]),
+        )
 
     def current(self, now_ms: int) -> Sample:
-        if not self.samples:
-            self.samples.append(Sample(self._initial_value, now_ms))
-        return self.samples[self._current]
+        """The window being recorded into (created at ``now_ms`` if there is none yet)."""
+        if not self._ring:
+            self._add_slot(now_ms)
+        ring = self._ring
+        return self._snapshot(ring, len(ring) >> 2, self._current)
 
     def oldest(self, now_ms: int) -> Sample:
         """The sample that started first (the first one wins a tie)."""
-        if not self.samples:
-            self.samples.append(Sample(self._initial_value, now_ms))
-        oldest = self.samples[0]
-        for sample in self.samples:
-            if sample.start_time_ms < oldest.start_time_ms:
-                oldest = sample
-        return oldest
+        if not self._ring:
+            self._add_slot(now_ms)
+        ring = self._ring
+        slots = len(ring) >> 2
+        starts = ring[2 * slots : 3 * slots]
+        return self._snapshot(ring, slots, starts.index(min(starts)))
+
+    def _oldest_start_ms(self, now_ms: int) -> float:
+        """When the oldest window started (``oldest(now_ms).start_time_ms``, without the copy)."""
+        if not self._ring:
+            self._add_slot(now_ms)
+        ring = self._ring
+        slots = len(ring) >> 2
+        return min(ring[2 * slots : 3 * slots])
 
     def purge_obsolete_samples(self, config: MetricConfig, now_ms: int) -> None:
         """Reset samples with no event inside the monitored span.
@@ -117,19 +183,32 @@ class SampledStat:
         kept: that is what lets a rate cover more than ``samples`` windows.
         """
         expire_age = config.samples * config.time_window_ms
-        for sample in self.samples:
-            if now_ms - sample.last_event_ms >= expire_age:
-                sample.reset(now_ms)
+        ring = self._ring
+        slots = len(ring) >> 2
+        last_at = 3 * slots
+        for slot in range(slots):
+            if now_ms - ring[last_at + slot] >= expire_age:
+                self._reset(ring, slots, slot, now_ms)
 
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self.purge_obsolete_samples(config, now_ms)
         return self.combine(config, now_ms)
 
-    def update(self, sample: Sample, value: float) -> None:
+    def update(self, current: float, value: float) -> float:
+        """The window's new value after recording ``value`` into it."""
         raise NotImplementedError
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         raise NotImplementedError
+
+    def _values(self) -> array[float]:
+        ring = self._ring
+        return ring[: len(ring) >> 2]
+
+    def _event_count(self) -> float:
+        ring = self._ring
+        slots = len(ring) >> 2
+        return sum(ring[slots : 2 * slots])  # whole numbers: exact in any order
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(current={self._current}, samples={self.samples})"
@@ -143,14 +222,15 @@ class WindowedSum(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value += value
+    def update(self, current: float, value: float) -> float:
+        return current + value
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
-        # Left-to-right double addition, as Kafka's loop: deterministic to the last bit.
+        # Left-to-right double addition, as Kafka's loop: deterministic to the
+        # last bit (the builtin sum() compensates since Python 3.12).
         total = 0.0
-        for sample in self.samples:
-            total += sample.value
+        for value in self._values():
+            total += value
         return total
 
 
@@ -159,8 +239,8 @@ class WindowedCount(WindowedSum):
 
     __slots__ = ()
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value += 1.0
+    def update(self, current: float, value: float) -> float:
+        return current + 1.0
 
 
 class Avg(SampledStat):
@@ -171,15 +251,14 @@ class Avg(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value += value
+    def update(self, current: float, value: float) -> float:
+        return current + value
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         total = 0.0
-        count = 0
-        for sample in self.samples:
-            total += sample.value
-            count += sample.event_count
+        for value in self._values():
+            total += value
+        count = self._event_count()
         return math.nan if count == 0 else total / count
 
 
@@ -191,13 +270,13 @@ class Max(SampledStat):
     def __init__(self) -> None:
         super().__init__(-math.inf)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value = max(sample.value, value)
+    def update(self, current: float, value: float) -> float:
+        return max(current, value)
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
-        if sum(s.event_count for s in self.samples) == 0:
+        if self._event_count() == 0:
             return math.nan
-        return max(s.value for s in self.samples)
+        return max(self._values())
 
 
 class Min(SampledStat):
@@ -208,13 +287,13 @@ class Min(SampledStat):
     def __init__(self) -> None:
         super().__init__(math.inf)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value = min(sample.value, value)
+    def update(self, current: float, value: float) -> float:
+        return min(current, value)
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
-        if sum(s.event_count for s in self.samples) == 0:
+        if self._event_count() == 0:
             return math.nan
-        return min(s.value for s in self.samples)
+        return min(self._values())
 
 
 class CumulativeSum:
@@ -266,21 +345,22 @@ class Rate:
         return self._measure_general(stat, config, now_ms)
 
     def _measure_sum(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
-        """Purge, sum and find the oldest start in one pass: Kafka's numbers, less work."""
-        samples = stat.samples
-        if not samples:
+        """Purge, sum and find the oldest start on the ring's columns: Kafka's numbers, cheaper."""
+        ring = stat._ring  # Rate and its stat are one measurement
+        slots = len(ring) >> 2
+        if not slots:
             return self._measure_general(stat, config, now_ms)
         expire_age = config.samples * config.time_window_ms
+        last_at = 3 * slots
+        # The purge, skipped when no window is old enough: `now - last >= age`
+        # for the least recent last event.
+        if now_ms - min(ring[last_at:]) >= expire_age:
+            stat.purge_obsolete_samples(config, now_ms)
         total = 0.0
-        oldest_start = _NO_START
-        for sample in samples:
-            if now_ms - sample.last_event_ms >= expire_age:
-                sample.reset(now_ms)
-            total += sample.value
-            if sample.start_time_ms < oldest_start:  # noqa: PLR1730 - min() costs a call per sample
-                oldest_start = sample.start_time_ms
+        for value in ring[:slots]:  # left to right, as Kafka's loop
+            total += value
+        total_elapsed_ms = now_ms - min(ring[2 * slots : last_at])
         window_ms = config.time_window_ms
-        total_elapsed_ms = now_ms - oldest_start
         full_windows = (
             total_elapsed_ms // window_ms
             if total_elapsed_ms >= 0
@@ -303,7 +383,7 @@ class Rate:
         return self._window_size_after_purge(config, now_ms)
 
     def _window_size_after_purge(self, config: MetricConfig, now_ms: int) -> int:
-        total_elapsed_ms = now_ms - self.stat.oldest(now_ms).start_time_ms
+        total_elapsed_ms = int(now_ms - self.stat._oldest_start_ms(now_ms))
         window_ms = config.time_window_ms
         # Java's long division truncates toward zero (only differs for a clock
         # that went backwards).
