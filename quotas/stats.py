@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
-from quotas.config import MetricConfig, TimeUnit
+from quotas.config import MAX_EVENT_WINDOW, MetricConfig, TimeUnit
 
-#: Columns of the ring, each ``slots`` long: value, event count, start, last event.
+#: The ring's header: the earliest window start, and a floor under the last events.
+_OLDEST_START = 0
+_LAST_FLOOR = 1
+_HEADER = 2
+#: Columns of the ring after the header, each ``slots`` long: value, event count,
+#: start, last event.
 _FIELDS = 4
 #: The ring of a stat that has recorded nothing; shared, never written (a ring
 #: grows by replacement).
@@ -69,14 +74,24 @@ class Sample:
 class SampledStat:
     """A value measured over a ring of ``samples + 1`` windows; subclasses say how to combine.
 
-    The ring is column-major: with ``n`` slots, ``ring[i]`` is window ``i``'s
-    value, ``ring[n + i]`` its event count, ``ring[2n + i]`` its start and
-    ``ring[3n + i]`` its last event (milliseconds). It grows one slot at a time,
-    as Kafka's list of samples does, and is rebuilt to the exact size each
-    time, so a full ring holds no spare capacity.
+    The ring is a header of two numbers, then four columns of ``n`` slots:
+    ``ring[0]`` is the earliest start of any window (kept exact, it is the
+    rate's window), ``ring[1]`` a floor under every window's last event (a
+    purge is due only once ``now − floor`` reaches the expiry age), then for
+    window ``i`` its value at ``2 + i``, its event count at ``2 + n + i``, its
+    start at ``2 + 2n + i`` and its last event at ``2 + 3n + i``. The ring
+    grows one slot at a time, as Kafka's list of samples does, and is rebuilt
+    to the exact size each time, so a full ring holds no spare capacity.
     """
 
     __slots__ = ("_current", "_initial_value", "_ring")
+
+    #: Whether ``update`` is plain addition, which ``record`` then does inline.
+    _adds: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._adds = cls.update is _add
 
     def __init__(self, initial_value: float) -> None:
         self._initial_value = initial_value
@@ -87,69 +102,86 @@ class SampledStat:
     def samples(self) -> list[Sample]:
         """The windows in ring order, as snapshots."""
         ring = self._ring
-        slots = len(ring) // _FIELDS
+        slots = _slots(ring)
         return [self._snapshot(ring, slots, slot) for slot in range(slots)]
 
     def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
         ring = self._ring
-        slots = len(ring) >> 2
-        if not slots:
+        if not ring:
             ring = self._add_slot(now_ms)
-            slots = 1
+        slots = (len(ring) - _HEADER) >> 2
         current = self._current
-        count_at = slots + current
+        count_at = _HEADER + slots + current
         # Sample.is_complete, inlined: this is the hot path of every quota check.
-        if (
-            now_ms - ring[count_at + slots] >= config.time_window_ms
-            or ring[count_at] >= config.event_window
+        # No count reaches the default event window (a double stops counting
+        # at 2**53), so that comparison is skipped for it.
+        event_window = config.event_window
+        if now_ms - ring[count_at + slots] >= config.time_window_ms or (
+            event_window is not MAX_EVENT_WINDOW and ring[count_at] >= event_window
         ):
             current = self._advance(config, now_ms)
             ring = self._ring
-            slots = len(ring) >> 2
-            count_at = slots + current
-        ring[current] = self.update(ring[current], value)
+            slots = (len(ring) - _HEADER) >> 2
+            count_at = _HEADER + slots + current
+        value_at = _HEADER + current
+        if self._adds:
+            ring[value_at] += value
+        else:
+            ring[value_at] = self.update(ring[value_at], value)
         ring[count_at] += 1.0
         ring[count_at + 2 * slots] = now_ms
+        if now_ms < ring[_LAST_FLOOR]:  # noqa: PLR1730 - a clock gone back; min() costs a call
+            ring[_LAST_FLOOR] = now_ms
 
     def _advance(self, config: MetricConfig, now_ms: int) -> int:
         # One slot more than `samples`: see purge_obsolete_samples.
         current = (self._current + 1) % (config.samples + 1)
         self._current = current
         ring = self._ring
-        slots = len(ring) >> 2
+        slots = _slots(ring)
         if current >= slots:
             self._add_slot(now_ms)
         else:
             self._reset(ring, slots, current, now_ms)
+            _refresh_oldest_start(ring, slots)
         return current
 
     def _add_slot(self, now_ms: int) -> array[float]:
         """Replace the ring by one a slot longer, the new last slot fresh at ``now_ms``."""
         old = self._ring
-        slots = len(old) >> 2
+        slots = _slots(old)
         grown = slots + 1
-        ring = _ZERO * (_FIELDS * grown)  # exact size: repeat allocates no spare room
+        ring = _ZERO * (_HEADER + _FIELDS * grown)  # exact size: repeat leaves no spare room
+        if slots:
+            ring[_OLDEST_START] = min(old[_OLDEST_START], now_ms)
+            ring[_LAST_FLOOR] = min(old[_LAST_FLOOR], now_ms)
+        else:
+            ring[_OLDEST_START] = ring[_LAST_FLOOR] = now_ms
         for column in range(_FIELDS):
-            kept = old[column * slots : (column + 1) * slots]
-            ring[column * grown : column * grown + slots] = kept
-        ring[slots] = self._initial_value
-        ring[2 * grown + slots] = now_ms
-        ring[3 * grown + slots] = now_ms
+            kept = old[_HEADER + column * slots : _HEADER + (column + 1) * slots]
+            ring[_HEADER + column * grown : _HEADER + column * grown + slots] = kept
+        ring[_HEADER + slots] = self._initial_value
+        ring[_HEADER + 2 * grown + slots] = now_ms
+        ring[_HEADER + 3 * grown + slots] = now_ms
         self._ring = ring
         return ring
 
     def _reset(self, ring: array[float], slots: int, slot: int, now_ms: int) -> None:
-        ring[slot] = self._initial_value
-        ring[slots + slot] = 0.0
-        ring[2 * slots + slot] = now_ms
-        ring[3 * slots + slot] = now_ms
+        """Start window ``slot`` afresh; the caller refreshes the oldest start."""
+        at = _HEADER + slot
+        ring[at] = self._initial_value
+        ring[at + slots] = 0.0
+        ring[at + 2 * slots] = now_ms
+        ring[at + 3 * slots] = now_ms
+        ring[_LAST_FLOOR] = min(ring[_LAST_FLOOR], now_ms)
 
     def _snapshot(self, ring: array[float], slots: int, slot: int) -> Sample:
+        at = _HEADER + slot
         return Sample(
-            ring[slot],
-            int(ring[slots + slot]),
-            int(ring[2 * slots + slot]),
-            int(ring[3 * slots + slot]),
+            ring[at],
+            int(ring[at + slots]),
+            int(ring[at + 2 * slots]),
+            int(ring[at + 3 * slots]),
         )
 
     def current(self, now_ms: int) -> Sample:
@@ -157,24 +189,22 @@ class SampledStat:
         if not self._ring:
             self._add_slot(now_ms)
         ring = self._ring
-        return self._snapshot(ring, len(ring) >> 2, self._current)
+        return self._snapshot(ring, _slots(ring), self._current)
 
     def oldest(self, now_ms: int) -> Sample:
         """The sample that started first (the first one wins a tie)."""
         if not self._ring:
             self._add_slot(now_ms)
         ring = self._ring
-        slots = len(ring) >> 2
-        starts = ring[2 * slots : 3 * slots]
-        return self._snapshot(ring, slots, starts.index(min(starts)))
+        slots = _slots(ring)
+        starts = ring[_HEADER + 2 * slots : _HEADER + 3 * slots]
+        return self._snapshot(ring, slots, starts.index(ring[_OLDEST_START]))
 
     def _oldest_start_ms(self, now_ms: int) -> float:
         """When the oldest window started (``oldest(now_ms).start_time_ms``, without the copy)."""
         if not self._ring:
             self._add_slot(now_ms)
-        ring = self._ring
-        slots = len(ring) >> 2
-        return min(ring[2 * slots : 3 * slots])
+        return self._ring[_OLDEST_START]
 
     def purge_obsolete_samples(self, config: MetricConfig, now_ms: int) -> None:
         """Reset samples with no event inside the monitored span.
@@ -184,11 +214,18 @@ class SampledStat:
         """
         expire_age = config.samples * config.time_window_ms
         ring = self._ring
-        slots = len(ring) >> 2
-        last_at = 3 * slots
+        if not ring or now_ms - ring[_LAST_FLOOR] < expire_age:
+            return  # every last event is at or after the floor: none is that old
+        slots = _slots(ring)
+        last_at = _HEADER + 3 * slots
+        purged = False
         for slot in range(slots):
             if now_ms - ring[last_at + slot] >= expire_age:
                 self._reset(ring, slots, slot, now_ms)
+                purged = True
+        if purged:
+            _refresh_oldest_start(ring, slots)
+        ring[_LAST_FLOOR] = min(ring[last_at:])  # exact again until the next window
 
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self.purge_obsolete_samples(config, now_ms)
@@ -203,15 +240,29 @@ class SampledStat:
 
     def _values(self) -> array[float]:
         ring = self._ring
-        return ring[: len(ring) >> 2]
+        return ring[_HEADER : _HEADER + _slots(ring)]
 
     def _event_count(self) -> float:
         ring = self._ring
-        slots = len(ring) >> 2
-        return sum(ring[slots : 2 * slots])  # whole numbers: exact in any order
+        slots = _slots(ring)
+        # Whole numbers: exact in any order.
+        return sum(ring[_HEADER + slots : _HEADER + 2 * slots])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(current={self._current}, samples={self.samples})"
+
+
+def _add(self: SampledStat, current: float, value: float) -> float:
+    """``update`` of the stats that sum what they record."""
+    return current + value
+
+
+def _slots(ring: array[float]) -> int:
+    return (len(ring) - _HEADER) >> 2 if ring else 0
+
+
+def _refresh_oldest_start(ring: array[float], slots: int) -> None:
+    ring[_OLDEST_START] = min(ring[_HEADER + 2 * slots : _HEADER + 3 * slots])
 
 
 class WindowedSum(SampledStat):
@@ -222,8 +273,7 @@ class WindowedSum(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    def update(self, current: float, value: float) -> float:
-        return current + value
+    update = _add
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         # Left-to-right double addition, as Kafka's loop: deterministic to the
@@ -251,8 +301,7 @@ class Avg(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    def update(self, current: float, value: float) -> float:
-        return current + value
+    update = _add
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         total = 0.0
@@ -324,7 +373,9 @@ class Rate:
 
     def __init__(self, unit: TimeUnit = TimeUnit.SECONDS, stat: SampledStat | None = None) -> None:
         self.unit = unit
-        self._unit_ms = int(unit)  # enum attribute access is slow on the hot path
+        # The member's own int, shared (int(unit) would make one per stat): enum
+        # attribute access is slow on the hot path.
+        self._unit_ms = unit.value
         self.stat: SampledStat = stat if stat is not None else WindowedSum()
         self._last_config: MetricConfig | None = None
 
@@ -345,21 +396,16 @@ class Rate:
         return self._measure_general(stat, config, now_ms)
 
     def _measure_sum(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
-        """Purge, sum and find the oldest start on the ring's columns: Kafka's numbers, cheaper."""
+        """Kafka's steps, on the ring's columns: the purge only when due, the sum, the window."""
         ring = stat._ring  # Rate and its stat are one measurement
-        slots = len(ring) >> 2
-        if not slots:
+        if not ring:
             return self._measure_general(stat, config, now_ms)
-        expire_age = config.samples * config.time_window_ms
-        last_at = 3 * slots
-        # The purge, skipped when no window is old enough: `now - last >= age`
-        # for the least recent last event.
-        if now_ms - min(ring[last_at:]) >= expire_age:
+        if now_ms - ring[_LAST_FLOOR] >= config.samples * config.time_window_ms:
             stat.purge_obsolete_samples(config, now_ms)
         total = 0.0
-        for value in ring[:slots]:  # left to right, as Kafka's loop
-            total += value
-        total_elapsed_ms = now_ms - min(ring[2 * slots : last_at])
+        for value in ring[_HEADER : _HEADER + ((len(ring) - _HEADER) >> 2)]:
+            total += value  # left to right, as Kafka's loop
+        total_elapsed_ms = now_ms - ring[_OLDEST_START]
         window_ms = config.time_window_ms
         full_windows = (
             total_elapsed_ms // window_ms
