@@ -76,8 +76,9 @@ class SampledStat:
 
     The ring is a header of two numbers, then four columns of ``n`` slots:
     ``ring[0]`` is the earliest start of any window (kept exact, it is the
-    rate's window), ``ring[1]`` a floor under every window's last event (a
-    purge is due only once ``now − floor`` reaches the expiry age), then for
+    rate's window), ``ring[1]`` a floor under every window's last event and
+    under the current window's start (a purge is due only once
+    ``now − floor`` reaches the expiry age), then for
     window ``i`` its value at ``2 + i``, its event count at ``2 + n + i``, its
     start at ``2 + 2n + i`` and its last event at ``2 + 3n + i``. The ring
     grows one slot at a time, as Kafka's list of samples does, and is rebuilt
@@ -116,13 +117,18 @@ class SampledStat:
         # No count reaches the default event window (a double stops counting
         # at 2**53), so that comparison is skipped for it.
         event_window = config.event_window
-        if now_ms - ring[count_at + slots] >= config.time_window_ms or (
+        elapsed_ms = now_ms - ring[count_at + slots]
+        if elapsed_ms >= config.time_window_ms or (
             event_window is not MAX_EVENT_WINDOW and ring[count_at] >= event_window
         ):
             current = self._advance(config, now_ms)
             ring = self._ring
             slots = (len(ring) - _HEADER) >> 2
             count_at = _HEADER + slots + current
+        elif elapsed_ms < 0 and now_ms < ring[_LAST_FLOOR]:
+            # A clock gone back before the current window's start: the floor
+            # is at most that start, so only then can it be above `now_ms`.
+            ring[_LAST_FLOOR] = now_ms
         value_at = _HEADER + current
         if self._adds:
             ring[value_at] += value
@@ -130,8 +136,6 @@ class SampledStat:
             ring[value_at] = self.update(ring[value_at], value)
         ring[count_at] += 1.0
         ring[count_at + 2 * slots] = now_ms
-        if now_ms < ring[_LAST_FLOOR]:  # noqa: PLR1730 - a clock gone back; min() costs a call
-            ring[_LAST_FLOOR] = now_ms
 
     def _advance(self, config: MetricConfig, now_ms: int) -> int:
         # One slot more than `samples`: see purge_obsolete_samples.
@@ -225,7 +229,9 @@ class SampledStat:
                 purged = True
         if purged:
             _refresh_oldest_start(ring, slots)
-        ring[_LAST_FLOOR] = min(ring[last_at:])  # exact again until the next window
+        # Exact again until the next window; never above the current window's
+        # start, which lets `record` skip the floor unless the clock went back.
+        ring[_LAST_FLOOR] = min(*ring[last_at:], ring[_HEADER + 2 * slots + self._current])
 
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self.purge_obsolete_samples(config, now_ms)
