@@ -162,7 +162,12 @@ class ClientQuotaManager:
 
         The value stays recorded even when it violates the quota.
         """
-        sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+        # get_or_create_quota_sensors' cache hit, inlined: this is the hot path.
+        sensors = None
+        if self._cache_generation == self.metrics.removals:
+            sensors = self._sensor_cache.get((user or "", client_id or ""))
+        if sensors is None:
+            sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
         try:
             sensors.quota_sensor.record(value, now_ms, True)
         except QuotaViolationError as violation:

@@ -397,15 +397,12 @@ class Rate:
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self._last_config = config
         stat = self.stat
-        if type(stat) is WindowedSum or type(stat) is WindowedCount:
-            return self._measure_sum(stat, config, now_ms)
-        return self._measure_general(stat, config, now_ms)
-
-    def _measure_sum(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
-        """Kafka's steps, on the ring's columns: the purge only when due, the sum, the window."""
         ring = stat._ring  # Rate and its stat are one measurement
-        if not ring:
+        if not ring or (type(stat) is not WindowedSum and type(stat) is not WindowedCount):
             return self._measure_general(stat, config, now_ms)
+        # A sum's rate, on the ring's columns (every quota check comes here):
+        # Kafka's steps, the purge only when due, the window from the cached
+        # oldest start.
         if now_ms - ring[_LAST_FLOOR] >= config.samples * config.time_window_ms:
             stat.purge_obsolete_samples(config, now_ms)
         total = 0.0
