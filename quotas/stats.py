@@ -8,8 +8,8 @@ recycled. A sample whose last event is ``samples × window`` old is reset
 
 The windows live in one flat ``array('d')`` per stat rather than one object
 per window: a server keeps two sampled stats for every client, and twelve
-window objects each (with their boxed floats and ints) cost four times the
-memory of twelve rows of four doubles. Millisecond timestamps are exact as
+window objects each (with their boxed floats and ints) cost about four times
+the memory of twelve rows of four doubles. Millisecond timestamps are exact as
 doubles (up to 2⁵³ ms), so the arithmetic is Kafka's to the bit.
 """
 
@@ -25,13 +25,11 @@ from quotas.config import MAX_EVENT_WINDOW, MetricConfig, TimeUnit
 _OLDEST_START = 0
 _LAST_FLOOR = 1
 _HEADER = 2
-#: Columns of the ring after the header, each ``slots`` long: value, event count,
-#: start, last event.
+#: Numbers per window after the header: value, event count, start, last event.
 _FIELDS = 4
 #: The ring of a stat that has recorded nothing; shared, never written (a ring
 #: grows by replacement).
 _NO_RING: array[float] = array("d")
-_ZERO: array[float] = array("d", [0.0])
 
 
 @runtime_checkable
@@ -74,15 +72,16 @@ class Sample:
 class SampledStat:
     """A value measured over a ring of ``samples + 1`` windows; subclasses say how to combine.
 
-    The ring is a header of two numbers, then four columns of ``n`` slots:
+    The ring is a header of two numbers, then four numbers per window:
     ``ring[0]`` is the earliest start of any window (kept exact, it is the
     rate's window), ``ring[1]`` a floor under every window's last event and
     under the current window's start (a purge is due only once
-    ``now − floor`` reaches the expiry age), then for
-    window ``i`` its value at ``2 + i``, its event count at ``2 + n + i``, its
-    start at ``2 + 2n + i`` and its last event at ``2 + 3n + i``. The ring
-    grows one slot at a time, as Kafka's list of samples does, and is rebuilt
-    to the exact size each time, so a full ring holds no spare capacity.
+    ``now − floor`` reaches the expiry age); window ``i``'s value, event
+    count, start and last event (milliseconds) follow at ``2 + 4i`` .. ``2 + 4i + 3``.
+    Recording touches one window's four numbers; a measure reads every
+    fourth. The ring grows one window at a time, as Kafka's list of samples
+    does, and each growth makes an exactly sized array, so a full ring holds
+    no spare capacity.
     """
 
     __slots__ = ("_current", "_initial_value", "_ring")
@@ -103,106 +102,80 @@ class SampledStat:
     def samples(self) -> list[Sample]:
         """The windows in ring order, as snapshots."""
         ring = self._ring
-        slots = _slots(ring)
-        return [self._snapshot(ring, slots, slot) for slot in range(slots)]
+        return [_snapshot(ring, slot) for slot in range(_slots(ring))]
 
     def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
         ring = self._ring
         if not ring:
             ring = self._add_slot(now_ms)
-        slots = (len(ring) - _HEADER) >> 2
-        current = self._current
-        count_at = _HEADER + slots + current
+        at = _HEADER + _FIELDS * self._current  # value; count, start, last event after it
         # Sample.is_complete, inlined: this is the hot path of every quota check.
         # No count reaches the default event window (a double stops counting
         # at 2**53), so that comparison is skipped for it.
         event_window = config.event_window
-        elapsed_ms = now_ms - ring[count_at + slots]
+        elapsed_ms = now_ms - ring[at + 2]
         if elapsed_ms >= config.time_window_ms or (
-            event_window is not MAX_EVENT_WINDOW and ring[count_at] >= event_window
+            event_window is not MAX_EVENT_WINDOW and ring[at + 1] >= event_window
         ):
-            current = self._advance(config, now_ms)
+            at = _HEADER + _FIELDS * self._advance(config, now_ms)
             ring = self._ring
-            slots = (len(ring) - _HEADER) >> 2
-            count_at = _HEADER + slots + current
         elif elapsed_ms < 0 and now_ms < ring[_LAST_FLOOR]:
             # A clock gone back before the current window's start: the floor
             # is at most that start, so only then can it be above `now_ms`.
             ring[_LAST_FLOOR] = now_ms
-        value_at = _HEADER + current
         if self._adds:
-            ring[value_at] += value
+            ring[at] += value
         else:
-            ring[value_at] = self.update(ring[value_at], value)
-        ring[count_at] += 1.0
-        ring[count_at + 2 * slots] = now_ms
+            ring[at] = self.update(ring[at], value)
+        ring[at + 1] += 1.0
+        ring[at + 3] = now_ms
 
     def _advance(self, config: MetricConfig, now_ms: int) -> int:
         # One slot more than `samples`: see purge_obsolete_samples.
         current = (self._current + 1) % (config.samples + 1)
         self._current = current
         ring = self._ring
-        slots = _slots(ring)
-        if current >= slots:
+        if current >= _slots(ring):
             self._add_slot(now_ms)
         else:
-            self._reset(ring, slots, current, now_ms)
-            _refresh_oldest_start(ring, slots)
+            self._reset(ring, current, now_ms)
+            _refresh_oldest_start(ring)
         return current
 
     def _add_slot(self, now_ms: int) -> array[float]:
-        """Replace the ring by one a slot longer, the new last slot fresh at ``now_ms``."""
+        """Replace the ring by one a window longer, the new last window fresh at ``now_ms``."""
         old = self._ring
-        slots = _slots(old)
-        grown = slots + 1
-        ring = _ZERO * (_HEADER + _FIELDS * grown)  # exact size: repeat leaves no spare room
-        if slots:
-            ring[_OLDEST_START] = min(old[_OLDEST_START], now_ms)
-            ring[_LAST_FLOOR] = min(old[_LAST_FLOOR], now_ms)
+        fresh = array("d", (self._initial_value, 0.0, now_ms, now_ms))
+        if old:
+            ring = old + fresh  # a new array of exactly the two sizes
+            ring[_OLDEST_START] = min(ring[_OLDEST_START], now_ms)
+            ring[_LAST_FLOOR] = min(ring[_LAST_FLOOR], now_ms)
         else:
-            ring[_OLDEST_START] = ring[_LAST_FLOOR] = now_ms
-        for column in range(_FIELDS):
-            kept = old[_HEADER + column * slots : _HEADER + (column + 1) * slots]
-            ring[_HEADER + column * grown : _HEADER + column * grown + slots] = kept
-        ring[_HEADER + slots] = self._initial_value
-        ring[_HEADER + 2 * grown + slots] = now_ms
-        ring[_HEADER + 3 * grown + slots] = now_ms
+            ring = array("d", (now_ms, now_ms)) + fresh
         self._ring = ring
         return ring
 
-    def _reset(self, ring: array[float], slots: int, slot: int, now_ms: int) -> None:
+    def _reset(self, ring: array[float], slot: int, now_ms: int) -> None:
         """Start window ``slot`` afresh; the caller refreshes the oldest start."""
-        at = _HEADER + slot
+        at = _HEADER + _FIELDS * slot
         ring[at] = self._initial_value
-        ring[at + slots] = 0.0
-        ring[at + 2 * slots] = now_ms
-        ring[at + 3 * slots] = now_ms
+        ring[at + 1] = 0.0
+        ring[at + 2] = now_ms
+        ring[at + 3] = now_ms
         ring[_LAST_FLOOR] = min(ring[_LAST_FLOOR], now_ms)
-
-    def _snapshot(self, ring: array[float], slots: int, slot: int) -> Sample:
-        at = _HEADER + slot
-        return Sample(
-            ring[at],
-            int(ring[at + slots]),
-            int(ring[at + 2 * slots]),
-            int(ring[at + 3 * slots]),
-        )
 
     def current(self, now_ms: int) -> Sample:
         """The window being recorded into (created at ``now_ms`` if there is none yet)."""
         if not self._ring:
             self._add_slot(now_ms)
-        ring = self._ring
-        return self._snapshot(ring, _slots(ring), self._current)
+        return _snapshot(self._ring, self._current)
 
     def oldest(self, now_ms: int) -> Sample:
         """The sample that started first (the first one wins a tie)."""
         if not self._ring:
             self._add_slot(now_ms)
         ring = self._ring
-        slots = _slots(ring)
-        starts = ring[_HEADER + 2 * slots : _HEADER + 3 * slots]
-        return self._snapshot(ring, slots, starts.index(ring[_OLDEST_START]))
+        return _snapshot(ring, ring[_HEADER + 2 :: _FIELDS].index(ring[_OLDEST_START]))
 
     def _oldest_start_ms(self, now_ms: int) -> float:
         """When the oldest window started (``oldest(now_ms).start_time_ms``, without the copy)."""
@@ -220,18 +193,17 @@ class SampledStat:
         ring = self._ring
         if not ring or now_ms - ring[_LAST_FLOOR] < expire_age:
             return  # every last event is at or after the floor: none is that old
-        slots = _slots(ring)
-        last_at = _HEADER + 3 * slots
         purged = False
-        for slot in range(slots):
-            if now_ms - ring[last_at + slot] >= expire_age:
-                self._reset(ring, slots, slot, now_ms)
+        for slot in range(_slots(ring)):
+            if now_ms - ring[_HEADER + _FIELDS * slot + 3] >= expire_age:
+                self._reset(ring, slot, now_ms)
                 purged = True
         if purged:
-            _refresh_oldest_start(ring, slots)
+            _refresh_oldest_start(ring)
         # Exact again until the next window; never above the current window's
         # start, which lets `record` skip the floor unless the clock went back.
-        ring[_LAST_FLOOR] = min(*ring[last_at:], ring[_HEADER + 2 * slots + self._current])
+        current_start = ring[_HEADER + _FIELDS * self._current + 2]
+        ring[_LAST_FLOOR] = min(*ring[_HEADER + 3 :: _FIELDS], current_start)
 
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self.purge_obsolete_samples(config, now_ms)
@@ -245,14 +217,10 @@ class SampledStat:
         raise NotImplementedError
 
     def _values(self) -> array[float]:
-        ring = self._ring
-        return ring[_HEADER : _HEADER + _slots(ring)]
+        return self._ring[_HEADER::_FIELDS]
 
     def _event_count(self) -> float:
-        ring = self._ring
-        slots = _slots(ring)
-        # Whole numbers: exact in any order.
-        return sum(ring[_HEADER + slots : _HEADER + 2 * slots])
+        return sum(self._ring[_HEADER + 1 :: _FIELDS])  # whole numbers: exact in any order
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(current={self._current}, samples={self.samples})"
@@ -264,11 +232,16 @@ def _add(self: SampledStat, current: float, value: float) -> float:
 
 
 def _slots(ring: array[float]) -> int:
-    return (len(ring) - _HEADER) >> 2 if ring else 0
+    return (len(ring) - _HEADER) // _FIELDS if ring else 0
 
 
-def _refresh_oldest_start(ring: array[float], slots: int) -> None:
-    ring[_OLDEST_START] = min(ring[_HEADER + 2 * slots : _HEADER + 3 * slots])
+def _snapshot(ring: array[float], slot: int) -> Sample:
+    at = _HEADER + _FIELDS * slot
+    return Sample(ring[at], int(ring[at + 1]), int(ring[at + 2]), int(ring[at + 3]))
+
+
+def _refresh_oldest_start(ring: array[float]) -> None:
+    ring[_OLDEST_START] = min(ring[_HEADER + 2 :: _FIELDS])
 
 
 class WindowedSum(SampledStat):
@@ -406,7 +379,7 @@ class Rate:
         if now_ms - ring[_LAST_FLOOR] >= config.samples * config.time_window_ms:
             stat.purge_obsolete_samples(config, now_ms)
         total = 0.0
-        for value in ring[_HEADER : _HEADER + ((len(ring) - _HEADER) >> 2)]:
+        for value in ring[_HEADER::_FIELDS]:
             total += value  # left to right, as Kafka's loop
         total_elapsed_ms = now_ms - ring[_OLDEST_START]
         window_ms = config.time_window_ms
