@@ -25,10 +25,11 @@ Reusable pieces:
     connections stay open (the server forgets instances on disconnect) until
     the coordinator has measured what it wanted.
 
-* :func:`bare_server_main`: the ceiling, a bare asyncio-streams server that
-  reads the same size-prefixed frames as kip714's listener (prefix, frame,
-  write, drain, one request at a time per connection) and answers canned
-  responses with the right correlation id, doing no other work.
+* :func:`bare_server_main`: the ceiling, a bare ``asyncio.Protocol`` on the
+  event loop ``kip714 serve`` runs (uvloop), splitting the same size-prefixed
+  frames out of one buffer as kip714's listener does and answering each with
+  a canned response carrying the right correlation id, doing no other work.
+  kip714's share of this ceiling is what its own work costs.
 
 Everything is bounded: setup, the measured window and the drain each have a
 deadline, sends stop at ``max_pushes``, and :func:`run_load` terminates its
@@ -51,7 +52,7 @@ import traceback
 import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 import zstandard
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
@@ -106,6 +107,7 @@ SOFTWARE_NAME: Final = "kip714-bench"
 SOFTWARE_VERSION: Final = "0.1.0"
 
 _SIZE: Final = struct.Struct(">i")
+_REQUEST_HEAD: Final = struct.Struct(">hhi")  # api key, api version, correlation id
 _PUSH_ANSWER: Final = struct.Struct(">ih")  # after correlation id + empty tagged fields
 _CORRELATION_AT: Final = 8  # size prefix, api key, api version, then the correlation id
 _PUSH_RESPONSE_SIZE: Final = 4 + 1 + 4 + 2 + 1  # corr, header tags, throttle, error, body tags
@@ -902,54 +904,97 @@ def _canned(api_key: ApiKey, version: int, response: object) -> tuple[bytes, byt
     return frame[:4], frame[8:]
 
 
-async def _bare_server(host: str, ready: multiprocessing.Queue[int]) -> None:
-    push_head, push_tail = _canned(ApiKey.PUSH_TELEMETRY, 0, PushTelemetryResponse())
-    versions = {v: _canned(ApiKey.API_VERSIONS, v, api_versions_response()) for v in range(4)}
-    pack = _SIZE.pack
-    header = struct.Struct(">hhi")
+class _CannedAnswers:
+    """The ceiling's responses: canned bytes with the request's correlation id spliced in."""
 
-    def get_answer(correlation_id: int) -> bytes:
-        response = GetTelemetrySubscriptionsResponse(
-            client_instance_id=uuid.uuid4(),
-            subscription_id=1,
-            accepted_compression_types=(4, 3, 1, 2),
-            push_interval_ms=100,
-            telemetry_max_bytes=1_048_576,
-            delta_temporality=True,
-            requested_metrics=("*",),
-        )
-        return encode_response(correlation_id, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response)
+    def __init__(self) -> None:
+        self._push = _canned(ApiKey.PUSH_TELEMETRY, 0, PushTelemetryResponse())
+        self._versions = {
+            v: _canned(ApiKey.API_VERSIONS, v, api_versions_response()) for v in range(4)
+        }
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                prefix = await reader.readexactly(4)
-                frame = await reader.readexactly(_SIZE.unpack(prefix)[0])
-                api_key, version, correlation_id = header.unpack_from(frame, 0)
-                if api_key == ApiKey.PUSH_TELEMETRY:
-                    writer.write(push_head + pack(correlation_id) + push_tail)
-                elif api_key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS:
-                    writer.write(get_answer(correlation_id))
-                elif api_key == ApiKey.API_VERSIONS:
-                    head, tail = versions[min(version, 3)]
-                    writer.write(head + pack(correlation_id) + tail)
-                else:
-                    break
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    def answer(self, frame: bytes) -> bytes | None:
+        """The response to one request frame; ``None`` for a request the ceiling does not serve."""
+        api_key, version, correlation_id = _REQUEST_HEAD.unpack_from(frame, 0)
+        if api_key == ApiKey.PUSH_TELEMETRY:
+            head, tail = self._push
+        elif api_key == ApiKey.API_VERSIONS:
+            head, tail = self._versions[min(version, 3)]
+        elif api_key == ApiKey.GET_TELEMETRY_SUBSCRIPTIONS:
+            return _subscription_answer(correlation_id)
+        else:
+            return None
+        return head + _SIZE.pack(correlation_id) + tail
 
-    server = await asyncio.start_server(serve, host, 0, limit=64 * 1024)
+
+def _subscription_answer(correlation_id: int) -> bytes:
+    response = GetTelemetrySubscriptionsResponse(
+        client_instance_id=uuid.uuid4(),
+        subscription_id=1,
+        accepted_compression_types=(4, 3, 1, 2),
+        push_interval_ms=100,
+        telemetry_max_bytes=1_048_576,
+        delta_temporality=True,
+        requested_metrics=("*",),
+    )
+    return encode_response(correlation_id, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response)
+
+
+class _CeilingConnection(asyncio.Protocol):
+    """One ceiling connection: kip714's framing (one buffer, frames copied out), no other work."""
+
+    def __init__(self, answers: _CannedAnswers) -> None:
+        self._answers = answers
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        self._transport = cast("asyncio.Transport", transport)
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= _SIZE.size:
+            (size,) = _SIZE.unpack_from(buffer)
+            end = _SIZE.size + size
+            if size < _REQUEST_HEAD.size:
+                transport.close()
+                return
+            if len(buffer) < end:
+                return
+            frame = bytes(buffer[_SIZE.size : end])
+            del buffer[:end]
+            response = self._answers.answer(frame)
+            if response is None:
+                transport.close()
+                return
+            transport.write(response)
+
+
+async def _bare_server(host: str, ready: multiprocessing.Queue[int]) -> int:
+    """Serve until the process is terminated; an exit status, as ``run_event_loop`` expects."""
+    answers = _CannedAnswers()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _CeilingConnection(answers), host, 0)
     ready.put(int(server.sockets[0].getsockname()[1]))
     async with server:
         await server.serve_forever()
+    return 0
 
 
 def bare_server_main(host: str, ready: multiprocessing.Queue[int]) -> None:
-    """Entry point of the ceiling server process; stop it with SIGTERM."""
-    asyncio.run(_bare_server(host, ready))
+    """Entry point of the ceiling server process; stop it with SIGTERM.
+
+    The event loop is chosen as ``kip714 serve`` chooses it (uvloop where it
+    is installed), so the ceiling and the server share loop and transport.
+    """
+    # Only the ceiling's process needs the server's command module.
+    from telemetry.cli import run_event_loop  # noqa: PLC0415
+
+    run_event_loop(_bare_server(host, ready))
 
 
 def start_bare_server(host: str = "127.0.0.1") -> tuple[SpawnProcess, int]:

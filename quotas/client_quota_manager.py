@@ -35,6 +35,9 @@ from quotas.throttle import throttle_time_ms
 
 #: Kafka's ``InactiveSensorExpirationTimeSeconds``: idle client sensors are dropped after an hour.
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
+#: The empty tags of the level a quota is not set at, shared by every client's metric names.
+_NO_USER_TAG = ("user", "")
+_NO_CLIENT_ID_TAG = ("client-id", "")
 
 
 class QuotaType(enum.Enum):
@@ -159,7 +162,12 @@ class ClientQuotaManager:
 
         The value stays recorded even when it violates the quota.
         """
-        sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+        # get_or_create_quota_sensors' cache hit, inlined: this is the hot path.
+        sensors = None
+        if self._cache_generation == self.metrics.removals:
+            sensors = self._sensor_cache.get((user or "", client_id or ""))
+        if sensors is None:
+            sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
         try:
             sensors.quota_sensor.record(value, now_ms, True)
         except QuotaViolationError as violation:
@@ -217,6 +225,8 @@ class ClientQuotaManager:
                 self._sensor_cache.clear()
                 self._cache_generation = self.metrics.removals
             tags = self._tags_for(user, client_id)
+            if tags == key:
+                tags = key  # one tuple per client, not two: clients are many
             user_tag, client_tag = tags
             group = self.quota_type.value
             quota_sensor = self.metrics.sensor(
@@ -267,7 +277,11 @@ class ClientQuotaManager:
 
     @staticmethod
     def _tag_pairs(tags: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
-        return (("user", tags[0]), ("client-id", tags[1]))
+        user_tag, client_tag = tags
+        return (
+            ("user", user_tag) if user_tag else _NO_USER_TAG,
+            ("client-id", client_tag) if client_tag else _NO_CLIENT_ID_TAG,
+        )
 
     def _tags_for(self, user: str | None, client_id: str | None) -> tuple[str, str]:
         return quota_metric_tags(

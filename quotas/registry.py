@@ -30,6 +30,9 @@ class Metrics:
         self._record_lock = threading.Lock()
         #: Counts sensor removals, so holders of sensor references know to look again.
         self.removals = 0
+        # One bound method for every sensor: binding it per sensor costs an
+        # object per client.
+        self._on_add = self._register_metric
 
     def sensor(
         self,
@@ -54,7 +57,7 @@ class Metrics:
                 parent_tuple,
                 inactive_expiration_ms,
                 created_ms=now_ms,
-                on_add=self._register_metric,
+                on_add=self._on_add,
                 lock=self._record_lock,
             )
             self._sensors[name] = created

@@ -73,7 +73,9 @@ class Sensor:
         # Kafka stamps a new sensor with the clock at creation; without a clock
         # here, the creator passes it (the registry does).
         self._last_record_ms = created_ms
-        self._metrics: list[Metric] = []
+        # A tuple, replaced on add: a sensor rarely holds more than one metric,
+        # and a list costs a second allocation per sensor.
+        self._metrics: tuple[Metric, ...] = ()
         # A registry hands all its sensors one lock: under the GIL recording
         # is serialized anyway, and a lock per sensor costs memory per client.
         self._lock = lock if lock is not None else threading.Lock()
@@ -81,7 +83,7 @@ class Sensor:
 
     @property
     def metrics(self) -> tuple[Metric, ...]:
-        return tuple(self._metrics)
+        return self._metrics
 
     @property
     def last_record_ms(self) -> int:
@@ -106,13 +108,16 @@ class Sensor:
             metric = Metric(name, stat, config or self.config or MetricConfig())
             if self._on_add is not None:
                 self._on_add(metric)
-            self._metrics.append(metric)
+            self._metrics = (*self._metrics, metric)
             return metric
 
     def record(self, value: float, now_ms: int, check_quotas: bool = True) -> None:
         """Record, then check quotas (raises ``QuotaViolationError``), then the parents."""
         with self._lock:
-            self._record_locked(value, now_ms)
+            # _record_locked, inlined: every quota check starts here.
+            self._last_record_ms = now_ms
+            for metric in self._metrics:
+                metric.stat.record(metric.config, value, now_ms)
             if check_quotas:
                 self._check_quotas_locked(now_ms)
         for parent in self.parents:

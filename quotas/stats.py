@@ -5,16 +5,31 @@ A sampled stat keeps up to ``samples + 1`` windows. The extra slot (Kafka
 the monitored span, so a rate does not jump when the oldest window is
 recycled. A sample whose last event is ``samples × window`` old is reset
 ("purged") when measured.
+
+The windows live in one flat ``array('d')`` per stat rather than one object
+per window: a server keeps two sampled stats for every client, and twelve
+window objects each (with their boxed floats and ints) cost about four times
+the memory of twelve rows of four doubles. Millisecond timestamps are exact as
+doubles (up to 2⁵³ ms), so the arithmetic is Kafka's to the bit.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Protocol, runtime_checkable
+from array import array
+from typing import ClassVar, Protocol, runtime_checkable
 
-from quotas.config import MetricConfig, TimeUnit
+from quotas.config import MAX_EVENT_WINDOW, MetricConfig, TimeUnit
 
-_NO_START = 2**63  # later than any sample's start
+#: The ring's header: the earliest window start, and a floor under the last events.
+_OLDEST_START = 0
+_LAST_FLOOR = 1
+_HEADER = 2
+#: Numbers per window after the header: value, event count, start, last event.
+_FIELDS = 4
+#: The ring of a stat that has recorded nothing; shared, never written (a ring
+#: grows by replacement).
+_NO_RING: array[float] = array("d")
 
 
 @runtime_checkable
@@ -27,22 +42,19 @@ class MeasurableStat(Protocol):
 
 
 class Sample:
-    """One window of a sampled stat."""
+    """A snapshot of one window of a sampled stat (Kafka's ``SampledStat.Sample``).
 
-    __slots__ = ("event_count", "initial_value", "last_event_ms", "start_time_ms", "value")
+    The stat's ring holds the numbers; a ``Sample`` is a read-only copy, made
+    for inspection (``SampledStat.samples``), never on the recording path.
+    """
 
-    def __init__(self, initial_value: float, now_ms: int) -> None:
-        self.initial_value = initial_value
-        self.event_count = 0
-        self.start_time_ms = now_ms
-        self.last_event_ms = now_ms
-        self.value = initial_value
+    __slots__ = ("event_count", "last_event_ms", "start_time_ms", "value")
 
-    def reset(self, now_ms: int) -> None:
-        self.event_count = 0
-        self.start_time_ms = now_ms
-        self.last_event_ms = now_ms
-        self.value = self.initial_value
+    def __init__(self, value: float, event_count: int, start_time_ms: int, last_event_ms: int):
+        self.value = value
+        self.event_count = event_count
+        self.start_time_ms = start_time_ms
+        self.last_event_ms = last_event_ms
 
     def is_complete(self, now_ms: int, config: MetricConfig) -> bool:
         return (
@@ -58,57 +70,118 @@ class Sample:
 
 
 class SampledStat:
-    """A value measured over a ring of ``samples + 1`` windows; subclasses say how to combine."""
+    """A value measured over a ring of ``samples + 1`` windows; subclasses say how to combine.
 
-    __slots__ = ("_current", "_initial_value", "samples")
+    The ring is a header of two numbers, then four numbers per window:
+    ``ring[0]`` is the earliest start of any window (kept exact, it is the
+    rate's window), ``ring[1]`` a floor under every window's last event and
+    under the current window's start (a purge is due only once
+    ``now − floor`` reaches the expiry age); window ``i``'s value, event
+    count, start and last event (milliseconds) follow at ``2 + 4i`` .. ``2 + 4i + 3``.
+    Recording touches one window's four numbers; a measure reads every
+    fourth. The ring grows one window at a time, as Kafka's list of samples
+    does, and each growth makes an exactly sized array, so a full ring holds
+    no spare capacity.
+    """
+
+    __slots__ = ("_current", "_initial_value", "_ring")
+
+    #: Whether ``update`` is plain addition, which ``record`` then does inline.
+    _adds: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._adds = cls.update is _add
 
     def __init__(self, initial_value: float) -> None:
         self._initial_value = initial_value
         self._current = 0
-        self.samples: list[Sample] = []
+        self._ring = _NO_RING
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The windows in ring order, as snapshots."""
+        ring = self._ring
+        return [_snapshot(ring, slot) for slot in range(_slots(ring))]
 
     def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
-        samples = self.samples
-        if not samples:
-            sample = Sample(self._initial_value, now_ms)
-            samples.append(sample)
-        else:
-            sample = samples[self._current]
+        ring = self._ring
+        if not ring:
+            ring = self._add_slot(now_ms)
+        at = _HEADER + _FIELDS * self._current  # value; count, start, last event after it
         # Sample.is_complete, inlined: this is the hot path of every quota check.
-        if (
-            now_ms - sample.start_time_ms >= config.time_window_ms
-            or sample.event_count >= config.event_window
+        # No count reaches the default event window (a double stops counting
+        # at 2**53), so that comparison is skipped for it.
+        event_window = config.event_window
+        elapsed_ms = now_ms - ring[at + 2]
+        if elapsed_ms >= config.time_window_ms or (
+            event_window is not MAX_EVENT_WINDOW and ring[at + 1] >= event_window
         ):
-            sample = self._advance(config, now_ms)
-        self.update(sample, value)
-        sample.event_count += 1
-        sample.last_event_ms = now_ms
+            at = _HEADER + _FIELDS * self._advance(config, now_ms)
+            ring = self._ring
+        elif elapsed_ms < 0 and now_ms < ring[_LAST_FLOOR]:
+            # A clock gone back before the current window's start: the floor
+            # is at most that start, so only then can it be above `now_ms`.
+            ring[_LAST_FLOOR] = now_ms
+        if self._adds:
+            ring[at] += value
+        else:
+            ring[at] = self.update(ring[at], value)
+        ring[at + 1] += 1.0
+        ring[at + 3] = now_ms
 
-    def _advance(self, config: MetricConfig, now_ms: int) -> Sample:
+    def _advance(self, config: MetricConfig, now_ms: int) -> int:
         # One slot more than `samples`: see purge_obsolete_samples.
-        self._current = (self._current + 1) % (config.samples + 1)
-        if self._current >= len(self.samples):
-            sample = Sample(self._initial_value, now_ms)
-            self.samples.append(sample)
-            return sample
-        sample = self.samples[self._current]
-        sample.reset(now_ms)
-        return sample
+        current = (self._current + 1) % (config.samples + 1)
+        self._current = current
+        ring = self._ring
+        if current >= _slots(ring):
+            self._add_slot(now_ms)
+        else:
+            self._reset(ring, current, now_ms)
+            _refresh_oldest_start(ring)
+        return current
+
+    def _add_slot(self, now_ms: int) -> array[float]:
+        """Replace the ring by one a window longer, the new last window fresh at ``now_ms``."""
+        old = self._ring
+        fresh = array("d", (self._initial_value, 0.0, now_ms, now_ms))
+        if old:
+            ring = old + fresh  # a new array of exactly the two sizes
+            ring[_OLDEST_START] = min(ring[_OLDEST_START], now_ms)
+            ring[_LAST_FLOOR] = min(ring[_LAST_FLOOR], now_ms)
+        else:
+            ring = array("d", (now_ms, now_ms)) + fresh
+        self._ring = ring
+        return ring
+
+    def _reset(self, ring: array[float], slot: int, now_ms: int) -> None:
+        """Start window ``slot`` afresh; the caller refreshes the oldest start."""
+        at = _HEADER + _FIELDS * slot
+        ring[at] = self._initial_value
+        ring[at + 1] = 0.0
+        ring[at + 2] = now_ms
+        ring[at + 3] = now_ms
+        ring[_LAST_FLOOR] = min(ring[_LAST_FLOOR], now_ms)
 
     def current(self, now_ms: int) -> Sample:
-        if not self.samples:
-            self.samples.append(Sample(self._initial_value, now_ms))
-        return self.samples[self._current]
+        """The window being recorded into (created at ``now_ms`` if there is none yet)."""
+        if not self._ring:
+            self._add_slot(now_ms)
+        return _snapshot(self._ring, self._current)
 
     def oldest(self, now_ms: int) -> Sample:
         """The sample that started first (the first one wins a tie)."""
-        if not self.samples:
-            self.samples.append(Sample(self._initial_value, now_ms))
-        oldest = self.samples[0]
-        for sample in self.samples:
-            if sample.start_time_ms < oldest.start_time_ms:
-                oldest = sample
-        return oldest
+        if not self._ring:
+            self._add_slot(now_ms)
+        ring = self._ring
+        return _snapshot(ring, ring[_HEADER + 2 :: _FIELDS].index(ring[_OLDEST_START]))
+
+    def _oldest_start_ms(self, now_ms: int) -> float:
+        """When the oldest window started (``oldest(now_ms).start_time_ms``, without the copy)."""
+        if not self._ring:
+            self._add_slot(now_ms)
+        return self._ring[_OLDEST_START]
 
     def purge_obsolete_samples(self, config: MetricConfig, now_ms: int) -> None:
         """Reset samples with no event inside the monitored span.
@@ -117,22 +190,58 @@ class SampledStat:
         kept: that is what lets a rate cover more than ``samples`` windows.
         """
         expire_age = config.samples * config.time_window_ms
-        for sample in self.samples:
-            if now_ms - sample.last_event_ms >= expire_age:
-                sample.reset(now_ms)
+        ring = self._ring
+        if not ring or now_ms - ring[_LAST_FLOOR] < expire_age:
+            return  # every last event is at or after the floor: none is that old
+        purged = False
+        for slot in range(_slots(ring)):
+            if now_ms - ring[_HEADER + _FIELDS * slot + 3] >= expire_age:
+                self._reset(ring, slot, now_ms)
+                purged = True
+        if purged:
+            _refresh_oldest_start(ring)
+        # Exact again until the next window; never above the current window's
+        # start, which lets `record` skip the floor unless the clock went back.
+        current_start = ring[_HEADER + _FIELDS * self._current + 2]
+        ring[_LAST_FLOOR] = min(*ring[_HEADER + 3 :: _FIELDS], current_start)
 
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self.purge_obsolete_samples(config, now_ms)
         return self.combine(config, now_ms)
 
-    def update(self, sample: Sample, value: float) -> None:
+    def update(self, current: float, value: float) -> float:
+        """The window's new value after recording ``value`` into it."""
         raise NotImplementedError
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         raise NotImplementedError
 
+    def _values(self) -> array[float]:
+        return self._ring[_HEADER::_FIELDS]
+
+    def _event_count(self) -> float:
+        return sum(self._ring[_HEADER + 1 :: _FIELDS])  # whole numbers: exact in any order
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(current={self._current}, samples={self.samples})"
+
+
+def _add(self: SampledStat, current: float, value: float) -> float:
+    """``update`` of the stats that sum what they record."""
+    return current + value
+
+
+def _slots(ring: array[float]) -> int:
+    return (len(ring) - _HEADER) // _FIELDS if ring else 0
+
+
+def _snapshot(ring: array[float], slot: int) -> Sample:
+    at = _HEADER + _FIELDS * slot
+    return Sample(ring[at], int(ring[at + 1]), int(ring[at + 2]), int(ring[at + 3]))
+
+
+def _refresh_oldest_start(ring: array[float]) -> None:
+    ring[_OLDEST_START] = min(ring[_HEADER + 2 :: _FIELDS])
 
 
 class WindowedSum(SampledStat):
@@ -143,14 +252,14 @@ class WindowedSum(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value += value
+    update = _add
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
-        # Left-to-right double addition, as Kafka's loop: deterministic to the last bit.
+        # Left-to-right double addition, as Kafka's loop: deterministic to the
+        # last bit (the builtin sum() compensates since Python 3.12).
         total = 0.0
-        for sample in self.samples:
-            total += sample.value
+        for value in self._values():
+            total += value
         return total
 
 
@@ -159,8 +268,8 @@ class WindowedCount(WindowedSum):
 
     __slots__ = ()
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value += 1.0
+    def update(self, current: float, value: float) -> float:
+        return current + 1.0
 
 
 class Avg(SampledStat):
@@ -171,15 +280,13 @@ class Avg(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value += value
+    update = _add
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         total = 0.0
-        count = 0
-        for sample in self.samples:
-            total += sample.value
-            count += sample.event_count
+        for value in self._values():
+            total += value
+        count = self._event_count()
         return math.nan if count == 0 else total / count
 
 
@@ -191,13 +298,13 @@ class Max(SampledStat):
     def __init__(self) -> None:
         super().__init__(-math.inf)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value = max(sample.value, value)
+    def update(self, current: float, value: float) -> float:
+        return max(current, value)
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
-        if sum(s.event_count for s in self.samples) == 0:
+        if self._event_count() == 0:
             return math.nan
-        return max(s.value for s in self.samples)
+        return max(self._values())
 
 
 class Min(SampledStat):
@@ -208,13 +315,13 @@ class Min(SampledStat):
     def __init__(self) -> None:
         super().__init__(math.inf)
 
-    def update(self, sample: Sample, value: float) -> None:
-        sample.value = min(sample.value, value)
+    def update(self, current: float, value: float) -> float:
+        return min(current, value)
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
-        if sum(s.event_count for s in self.samples) == 0:
+        if self._event_count() == 0:
             return math.nan
-        return min(s.value for s in self.samples)
+        return min(self._values())
 
 
 class CumulativeSum:
@@ -245,7 +352,9 @@ class Rate:
 
     def __init__(self, unit: TimeUnit = TimeUnit.SECONDS, stat: SampledStat | None = None) -> None:
         self.unit = unit
-        self._unit_ms = int(unit)  # enum attribute access is slow on the hot path
+        # The member's own int, shared (int(unit) would make one per stat): enum
+        # attribute access is slow on the hot path.
+        self._unit_ms = unit.value
         self.stat: SampledStat = stat if stat is not None else WindowedSum()
         self._last_config: MetricConfig | None = None
 
@@ -261,26 +370,19 @@ class Rate:
     def measure(self, config: MetricConfig, now_ms: int) -> float:
         self._last_config = config
         stat = self.stat
-        if type(stat) is WindowedSum or type(stat) is WindowedCount:
-            return self._measure_sum(stat, config, now_ms)
-        return self._measure_general(stat, config, now_ms)
-
-    def _measure_sum(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
-        """Purge, sum and find the oldest start in one pass: Kafka's numbers, less work."""
-        samples = stat.samples
-        if not samples:
+        ring = stat._ring  # Rate and its stat are one measurement
+        if not ring or (type(stat) is not WindowedSum and type(stat) is not WindowedCount):
             return self._measure_general(stat, config, now_ms)
-        expire_age = config.samples * config.time_window_ms
+        # A sum's rate, on the ring's columns (every quota check comes here):
+        # Kafka's steps, the purge only when due, the window from the cached
+        # oldest start.
+        if now_ms - ring[_LAST_FLOOR] >= config.samples * config.time_window_ms:
+            stat.purge_obsolete_samples(config, now_ms)
         total = 0.0
-        oldest_start = _NO_START
-        for sample in samples:
-            if now_ms - sample.last_event_ms >= expire_age:
-                sample.reset(now_ms)
-            total += sample.value
-            if sample.start_time_ms < oldest_start:  # noqa: PLR1730 - min() costs a call per sample
-                oldest_start = sample.start_time_ms
+        for value in ring[_HEADER::_FIELDS]:
+            total += value  # left to right, as Kafka's loop
+        total_elapsed_ms = now_ms - ring[_OLDEST_START]
         window_ms = config.time_window_ms
-        total_elapsed_ms = now_ms - oldest_start
         full_windows = (
             total_elapsed_ms // window_ms
             if total_elapsed_ms >= 0
@@ -303,7 +405,7 @@ class Rate:
         return self._window_size_after_purge(config, now_ms)
 
     def _window_size_after_purge(self, config: MetricConfig, now_ms: int) -> int:
-        total_elapsed_ms = now_ms - self.stat.oldest(now_ms).start_time_ms
+        total_elapsed_ms = int(now_ms - self.stat._oldest_start_ms(now_ms))
         window_ms = config.time_window_ms
         # Java's long division truncates toward zero (only differs for a clock
         # that went backwards).

@@ -19,7 +19,9 @@ class TokenBucket:
 
     def __init__(self, unit: TimeUnit = TimeUnit.SECONDS) -> None:
         self.unit = unit
-        self._unit_ms = int(unit)  # enum attribute access is slow on the hot path
+        # The member's own int, shared (int(unit) would make one per stat): enum
+        # attribute access is slow on the hot path.
+        self._unit_ms = unit.value
         # Kafka starts at 0 tokens last updated at epoch 0: the first refill at
         # a real clock time fills the bucket to its burst.
         self.tokens = 0.0

@@ -9,6 +9,7 @@ import quotas
 
 ALLOWED = {
     "__future__",
+    "array",  # the sample rings: flat doubles instead of an object per window
     "collections",
     "dataclasses",
     "enum",
