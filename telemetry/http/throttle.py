@@ -35,7 +35,7 @@ __all__ = ["MAX_MUTED_ENTITIES", "OTLP_MAX_RETRY_AFTER_S", "HttpQuotas", "retry_
 
 #: The longest ``Retry-After`` an OTLP response carries.
 OTLP_MAX_RETRY_AFTER_S: Final = 9
-#: At most this many entities are muted at once (about 200 bytes each).
+#: At most this many entities are muted at once (about 300 bytes each, the key included).
 MAX_MUTED_ENTITIES: Final = 10_000
 
 
