@@ -292,6 +292,24 @@ class PushHandler:
         if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
             # A throttle an earlier response carried is still running: Kafka's muted channel.
             return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, muted_ms))
+        if (
+            instance_id is not None
+            and not instance_id.is_reserved
+            and ingest.manager.creates_instance(instance_id, now_ms)
+        ):
+            # A push with an unknown id makes an instance as a GET does (Kafka's
+            # ClientMetricsManager), so it draws from the same strict bucket:
+            # otherwise made-up ids would be a way around it.
+            refused_ms = quotas.admit_instance_creation(entity, now_ms)
+            if refused_ms > 0:
+                throttle_ms = quotas.finish_request(
+                    entity,
+                    time.perf_counter_ns() - started_ns,
+                    now_ms,
+                    push_bytes=len(metrics),
+                    mutation_throttle_ms=refused_ms,
+                )
+                return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms))
         outcome = ingest.manager.validate_push(
             client_instance_id=instance_id,
             subscription_id=subscription_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import uuid
 from typing import TYPE_CHECKING
 
 from google.rpc.status_pb2 import Status
@@ -202,6 +203,35 @@ async def test_instance_creation_beyond_the_mutation_rate_is_429_and_creates_not
         accepted[0].client_instance_id,
     )
     assert enforcer.tracker.counts[ThrottleReason.CONTROLLER_MUTATION_RATE] == 1
+
+
+async def test_a_push_with_a_made_up_instance_id_draws_from_the_mutation_bucket(
+    tmp_path: Path,
+) -> None:
+    """A push with an unknown id would create an instance, so it is charged like a GET."""
+    clock = ClockAt()
+    enforcer = enforcement(client_id="inventor", controller_mutation_rate=1.0)
+    payload = otlp_payload("org.apache.kafka.producer.made.up", points=2)
+    async with (
+        running_server(tmp_path, clock=clock, enforcement=enforcer) as kafka,
+        running_http(kafka) as server,
+    ):
+        client = await server.connect("inventor")
+        for _ in range(12):  # drain the bucket (11 tokens) into deficit
+            await client.get_subscriptions(ZERO_ID)
+        created = server.manager.stats.instances_created
+        refused = await client.push(uuid.uuid4(), 1234, payload)
+        after = server.manager.stats.instances_created
+        logged = await server.pushes()
+
+    assert created == 12
+    assert (refused.error_code, refused.throttle_time_ms) == (
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        1000,
+    )
+    assert (server.answers[-1].status, server.answers[-1].retry_after) == (429, "1")
+    assert after == created  # nothing was created for the made-up id
+    assert logged == []  # and nothing was logged
 
 
 HOSTILE_IDS = 10_000
