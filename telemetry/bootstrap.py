@@ -24,7 +24,7 @@ from telemetry.data_dir_lock import DataDirLock
 from telemetry.enforcement import Enforcement
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
-from telemetry.http import HttpIngest, add_ingest_routes
+from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http_app import create_app
 from telemetry.http_forward import ForwardHandler
@@ -171,7 +171,11 @@ class Server:
         )
         registry = make_registry(collector)
         ingest = HttpIngest(
-            manager=self.manager, log=self.log, decompressor=self.listener.decompressor
+            manager=self.manager,
+            log=self.log,
+            decompressor=self.listener.decompressor,
+            # The same client quotas as the Kafka listener's (SIGHUP applies to both).
+            quotas=HttpQuotas(self.enforcement.clients),
         )
         registry.register(HttpIngestCollector(ingest.stats))
         forward = ForwardHandler(

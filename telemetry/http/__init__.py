@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from telemetry.http.ingest import HttpIngest, HttpIngestStats
 from telemetry.http.routes import add_ingest_routes
-from telemetry.http.throttle import RequestThrottle, no_throttle
+from telemetry.http.throttle import HttpQuotas
 
-__all__ = ["HttpIngest", "HttpIngestStats", "RequestThrottle", "add_ingest_routes", "no_throttle"]
+__all__ = ["HttpIngest", "HttpIngestStats", "HttpQuotas", "add_ingest_routes"]

@@ -1,4 +1,4 @@
-"""What the HTTP ingestion routes share: the manager, the log, the clock, the throttle hook."""
+"""What the HTTP ingestion routes share: the manager, the log, the clock, the client quotas."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from telemetry.http.throttle import RequestThrottle, no_throttle
+from telemetry.enforcement import ClientQuotas, QuotaSettings
+from telemetry.http.throttle import HttpQuotas
 from telemetry.kafka_listener import wall_clock_ms
 
 if TYPE_CHECKING:
@@ -30,14 +31,16 @@ class HttpIngestStats:
 class HttpIngest:
     """The parts every ingestion route uses; the same ones the Kafka listener is built on.
 
-    ``clock`` is wall-clock milliseconds (push gates and landed receive times
-    use wall time, as Kafka does); tests inject a manual one.
+    ``clock`` is wall-clock milliseconds (push gates, landed receive times
+    and quota windows use wall time, as Kafka does); tests inject a manual
+    one. ``quotas`` wraps the server's
+    :class:`~telemetry.enforcement.ClientQuotas` (by default: none configured).
     """
 
     manager: TelemetryManager
     log: PushLog
     clock: Callable[[], int] = wall_clock_ms
-    throttle: RequestThrottle = no_throttle
+    quotas: HttpQuotas = field(default_factory=lambda: HttpQuotas(ClientQuotas(QuotaSettings())))
     stats: HttpIngestStats = field(default_factory=HttpIngestStats)
     #: Where pushes expanding past the inline limit are decompressed (the Kafka
     #: listener's threads in the server); ``None``: the loop's default executor.

@@ -12,11 +12,17 @@ same. What HTTP adds:
   version travel in the same request (JSON fields or headers); the source
   address and port are the connection's; the principal is anonymous.
 * The answer is a JSON object with the response's fields and the error code
-  (and its name). HTTP status 200 carries every Kafka outcome, errors
-  included, except that a response with ``throttle_time_ms`` > 0 (where a
-  Kafka broker would mute the channel) is HTTP 429 with ``Retry-After``. A
-  request that cannot be read as these messages (a Kafka broker would close
-  the connection) is HTTP 400 with error code INVALID_REQUEST.
+  (and its name). HTTP status 200 carries every Kafka outcome, errors and
+  quota throttles included, except a refusal that names a wait
+  (THROTTLING_QUOTA_EXCEEDED with ``throttle_time_ms`` > 0), which is HTTP
+  429 with ``Retry-After``. A request that cannot be read as these messages
+  (a Kafka broker would close the connection) is HTTP 400 with error code
+  INVALID_REQUEST.
+* Client quotas apply per (``ANONYMOUS``, the request's client id), as on
+  the Kafka listener; the muted channel that serves a throttle there is
+  emulated per entity (:mod:`telemetry.http.throttle`): while muted, the
+  entity's requests are 429 THROTTLING_QUOTA_EXCEEDED with the time left,
+  unprocessed and unrecorded.
 * HTTP is stateless: an instance is not tied to a connection, so only
   expiry removes it from the instance cache.
 
@@ -31,23 +37,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
 from telemetry.client_instance import RequestContext
 from telemetry.client_uuid import ZERO_UUID, Uuid
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
 from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
 from telemetry.http.otlp import peer
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
-from telemetry.manager import AcceptedPush, DeferredPush, PushTelemetryResponse
+from telemetry.manager import (
+    AcceptedPush,
+    DeferredPush,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryResponse,
+)
 
 if TYPE_CHECKING:
     from telemetry.http.ingest import HttpIngest
-    from telemetry.manager import GetTelemetrySubscriptionsResponse, TelemetryManager
+    from telemetry.manager import TelemetryManager
 
 __all__ = [
     "GET_ROUTE",
@@ -76,6 +89,10 @@ SOFTWARE_VERSION: Final = "Kip714-Client-Software-Version"
 _INT32: Final = (-(2**31), 2**31 - 1)
 _INT8: Final = (-128, 127)
 _BOOLEANS: Final = {"true": True, "false": False, "1": True, "0": False}
+#: A GET refused by a quota: the error and the message defaults, as Kafka's ``getErrorResponse``.
+_THROTTLED_GET: Final = GetTelemetrySubscriptionsResponse(
+    error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+)
 
 
 class _BadRequestError(Exception):
@@ -86,9 +103,15 @@ class _BadRequestError(Exception):
         self.status = status
 
 
-def _answer(fields: dict[str, Any], status: int = 200, throttle_time_ms: int = 0) -> web.Response:
+def _answer(fields: dict[str, Any], status: int = 200) -> web.Response:
+    """``status``, except that a refusal naming a wait is 429 with ``Retry-After``.
+
+    An accepted request whose response carries a quota throttle stays 200:
+    the throttle is served by muting the entity's next requests.
+    """
     response = web.json_response(fields, status=status)
-    if throttle_time_ms > 0:
+    throttle_time_ms: int = fields["throttle_time_ms"]
+    if fields["error_code"] == ErrorCode.THROTTLING_QUOTA_EXCEEDED and throttle_time_ms > 0:
         response.set_status(429)
         response.headers["Retry-After"] = str(retry_after_s(throttle_time_ms))
     return response
@@ -134,10 +157,9 @@ def _context(
     )
 
 
-def _throttled(ingest: HttpIngest, client_id: str | None, size: int) -> int:
-    return ingest.throttle(
-        principal="User:ANONYMOUS", client_id=client_id, request_bytes=size, now_ms=ingest.clock()
-    )
+def _entity(client_id: str | None) -> ClientEntity:
+    # Kafka reads a null client id as "".
+    return ClientEntity(ANONYMOUS_USER, client_id or "")
 
 
 class GetSubscriptionsHandler:
@@ -159,6 +181,7 @@ class GetSubscriptionsHandler:
             body = await read_body(request, MAX_GET_BODY_BYTES)
         except BodyTooLargeError as error:
             raise _BadRequestError(str(error), 413) from None
+        started_ns = time.perf_counter_ns()
         document: object = {}
         if body.strip():
             if request.content_type != "application/json":
@@ -177,21 +200,32 @@ class GetSubscriptionsHandler:
         instance_id = _instance_id(
             _optional_string(document, "client_instance_id"), "client_instance_id"
         )
-        ingest = self._ingest
-        throttle_ms = _throttled(ingest, client_id, len(body))
-        if throttle_ms > 0:
-            return _answer(
-                _error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms),
-                throttle_time_ms=throttle_ms,
-            )
+        ingest, entity = self._ingest, _entity(client_id)
+        quotas, now_ms = ingest.quotas, ingest.clock()
+        if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
+            # A throttle an earlier response carried is still running: Kafka's muted channel.
+            return _answer(_get_fields(_THROTTLED_GET, muted_ms))
+        client_instance_id = instance_id or ZERO_UUID
+        if ingest.manager.creates_instance(client_instance_id, now_ms):
+            # KIP-599 strict: a new instance costs a token; in deficit, nothing is created.
+            refused_ms = quotas.admit_instance_creation(entity, now_ms)
+            if refused_ms > 0:
+                throttle_ms = quotas.finish_request(
+                    entity,
+                    time.perf_counter_ns() - started_ns,
+                    now_ms,
+                    mutation_throttle_ms=refused_ms,
+                )
+                return _answer(_get_fields(_THROTTLED_GET, throttle_ms))
         answer = ingest.manager.get_telemetry_subscriptions(
-            instance_id or ZERO_UUID, _context(request, client_id, software), ingest.clock()
+            client_instance_id, _context(request, client_id, software), now_ms
         )
-        return _answer(_get_fields(answer), throttle_time_ms=answer.throttle_time_ms)
+        quota_ms = quotas.finish_request(entity, time.perf_counter_ns() - started_ns, now_ms)
+        return _answer(_get_fields(answer, max(answer.throttle_time_ms, quota_ms)))
 
 
-def _get_fields(answer: GetTelemetrySubscriptionsResponse) -> dict[str, Any]:
-    fields = _error_fields(answer.error_code, answer.throttle_time_ms)
+def _get_fields(answer: GetTelemetrySubscriptionsResponse, throttle_ms: int) -> dict[str, Any]:
+    fields = _error_fields(answer.error_code, throttle_ms)
     fields.update(
         client_instance_id=str(answer.client_instance_id),
         subscription_id=answer.subscription_id,
@@ -253,12 +287,29 @@ class PushHandler:
         # One byte past the limit is enough for the manager to answer
         # TELEMETRY_TOO_LARGE in Kafka's order of checks; the rest is never read.
         metrics = await read_prefix(request, ingest.manager.config.max_bytes + 1)
-        throttle_ms = _throttled(ingest, client_id, len(metrics))
-        if throttle_ms > 0:
-            return _answer(
-                _error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms),
-                throttle_time_ms=throttle_ms,
-            )
+        started_ns = time.perf_counter_ns()
+        entity, quotas, now_ms = _entity(client_id), ingest.quotas, ingest.clock()
+        if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
+            # A throttle an earlier response carried is still running: Kafka's muted channel.
+            return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, muted_ms))
+        if (
+            instance_id is not None
+            and not instance_id.is_reserved
+            and ingest.manager.creates_instance(instance_id, now_ms)
+        ):
+            # A push with an unknown id makes an instance as a GET does (Kafka's
+            # ClientMetricsManager), so it draws from the same strict bucket:
+            # otherwise made-up ids would be a way around it.
+            refused_ms = quotas.admit_instance_creation(entity, now_ms)
+            if refused_ms > 0:
+                throttle_ms = quotas.finish_request(
+                    entity,
+                    time.perf_counter_ns() - started_ns,
+                    now_ms,
+                    push_bytes=len(metrics),
+                    mutation_throttle_ms=refused_ms,
+                )
+                return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms))
         outcome = ingest.manager.validate_push(
             client_instance_id=instance_id,
             subscription_id=subscription_id,
@@ -266,15 +317,20 @@ class PushHandler:
             compression_type=compression_type,
             metrics=metrics,
             context=context,
-            now_ms=ingest.clock(),
+            now_ms=now_ms,
             inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
+        )
+        # Recorded now, as the Kafka listener does: the event loop's time so far
+        # (a deferred decompression runs in a thread) and the bytes as received,
+        # accepted or not; an over-quota push is still accepted (produce semantics).
+        quota_ms = quotas.finish_request(
+            entity, time.perf_counter_ns() - started_ns, now_ms, push_bytes=len(metrics)
         )
         if isinstance(outcome, DeferredPush):
             outcome = await self._finish_deferred(outcome)
         elif isinstance(outcome, AcceptedPush):
             outcome = await self.log_push(outcome)
-        fields = _error_fields(outcome.error_code, outcome.throttle_time_ms)
-        return _answer(fields, throttle_time_ms=outcome.throttle_time_ms)
+        return _answer(_error_fields(outcome.error_code, max(outcome.throttle_time_ms, quota_ms)))
 
     async def log_push(self, accepted: AcceptedPush) -> PushTelemetryResponse:
         """Append an accepted push and answer once it is durable (or refused).

@@ -13,10 +13,10 @@ answers them:
   a body over ``telemetry.max_bytes`` as sent or over
   ``telemetry.max_decompressed_bytes`` decoded, 415 for another content type
   (plain text, as the Collector answers) or an unknown ``Content-Encoding``.
-* 429 with ``Retry-After`` when the throttle hook says so, 503 with
-  ``Retry-After`` when the ingest log cannot take the request (its disk
-  budget is full, it failed, or the server is stopping). Both are
-  retryable; ``Retry-After`` stays below 10 s.
+* 429 with ``Retry-After`` while the sender's entity is muted by a client
+  quota (below), 503 with ``Retry-After`` when the ingest log cannot take
+  the request (its disk budget is full, it failed, or the server is
+  stopping). Both are retryable; ``Retry-After`` stays below 10 s.
 
 Error bodies are a ``google.rpc.Status`` in the request's content type.
 
@@ -28,12 +28,22 @@ per identity. The logged payload is the ``MetricsData`` encoding, which is
 also the ``ExportMetricsServiceRequest`` encoding. OTLP senders are not
 KIP-714 client instances: no subscription, push interval or instance cache
 applies to them, and every metric they send lands.
+
+Client quotas apply per (``ANONYMOUS``, derived client id), as on the Kafka
+listener: an accepted request records its event-loop time and its bytes as
+sent (split among its identities by the size of their resources) and is
+answered 200; OTLP has no throttle field, so a throttle it earns mutes the
+entity and its next requests are 429 until the throttle has elapsed
+(:mod:`telemetry.http.throttle`). The sender is known only once the body is
+parsed, so a muted sender's request is read and parsed, then refused whole
+(unlogged, unrecorded) if any of its identities is muted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
@@ -45,6 +55,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
 from telemetry.http.content import (
     BodyTooLargeError,
@@ -58,7 +69,7 @@ from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Collection, Sequence
 
     from google.protobuf.message import Message
     from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
@@ -151,14 +162,19 @@ class OtlpMetricsHandler:
     async def _export(self, request: web.Request, is_json: bool) -> web.Response:
         ingest = self._ingest
         config = ingest.manager.config
-        data = await _decoded_body(request, config.max_bytes, config.max_decompressed_bytes)
+        body = await _read(request, config.max_bytes)
+        started_ns = time.perf_counter_ns()
+        data = _decode(request, body, config.max_decompressed_bytes)
         if is_json and len(data) > JSON_INLINE_BYTES:
             # OTLP/JSON parses at about 1 µs a byte (json_format is pure Python):
             # a big body goes to one thread, one body at a time, so the loop
             # keeps serving and parsed trees never pile up in memory.
+            loop_ns = time.perf_counter_ns() - started_ns
             loop = asyncio.get_running_loop()
             export = await loop.run_in_executor(self._json_parser, _parse, data, is_json)
+            started_ns = time.perf_counter_ns()
         else:
+            loop_ns = 0
             export = _parse(data, is_json)
         address, port = peer(request)
         groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
@@ -168,7 +184,7 @@ class OtlpMetricsHandler:
         if not groups:
             return _message_response(ExportMetricsServiceResponse(), is_json)
         now_ms = ingest.clock()
-        self._check_throttle(groups, len(data), now_ms)
+        self._refuse_if_muted(groups, now_ms)
         if len(groups) == 1:
             # Every SDK request: log the bytes as sent (the JSON form re-encoded).
             payloads = [export.SerializeToString() if is_json else data]
@@ -177,6 +193,8 @@ class OtlpMetricsHandler:
                 MetricsData(resource_metrics=resources).SerializeToString()
                 for resources in groups.values()
             ]
+        loop_ns += time.perf_counter_ns() - started_ns
+        self._record(groups, payloads, len(body), loop_ns, now_ms)
         failed = await self._append(
             [
                 (_push_context(identity, address, port, now_ms), payload)
@@ -198,19 +216,39 @@ class OtlpMetricsHandler:
         )
         return _message_response(response, is_json)
 
-    def _check_throttle(self, groups: Iterable[OtlpIdentity], size: int, now_ms: int) -> None:
-        """The one place a quota decision refuses an OTLP request."""
-        throttle = self._ingest.throttle
-        throttle_ms = max(
-            throttle(principal=ANONYMOUS, client_id=i.client_id, request_bytes=size, now_ms=now_ms)
-            for i in groups
-        )
-        if throttle_ms > 0:
+    def _refuse_if_muted(self, groups: Collection[OtlpIdentity], now_ms: int) -> None:
+        """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
+        quotas = self._ingest.quotas
+        muted_ms = max(quotas.muted_ms(_entity(identity), now_ms) for identity in groups)
+        if muted_ms > 0:
             raise _RefusedError(
                 429,
                 _RESOURCE_EXHAUSTED,
-                f"throttled for {throttle_ms} ms",
-                retry_after_s(throttle_ms, OTLP_MAX_RETRY_AFTER_S),
+                f"throttled by a client quota for another {muted_ms} ms",
+                retry_after_s(muted_ms, OTLP_MAX_RETRY_AFTER_S),
+            )
+
+    def _record(
+        self,
+        groups: Collection[OtlpIdentity],
+        payloads: Sequence[bytes],
+        body_bytes: int,
+        loop_ns: int,
+        now_ms: int,
+    ) -> None:
+        """Charge the request to each identity: an equal share of its time, its share of bytes.
+
+        A throttle earned here mutes the identity (:class:`HttpQuotas`); the
+        request itself is accepted, as Kafka accepts an over-quota produce.
+        """
+        quotas = self._ingest.quotas
+        payload_bytes = sum(len(payload) for payload in payloads) or 1
+        for identity, payload in zip(groups, payloads, strict=True):
+            quotas.finish_request(
+                _entity(identity),
+                loop_ns // len(groups),
+                now_ms,
+                push_bytes=body_bytes * len(payload) // payload_bytes,
             )
 
     async def _append(
@@ -250,11 +288,18 @@ def _parse(data: bytes, is_json: bool) -> ExportMetricsServiceRequest:
     return export
 
 
-async def _decoded_body(request: web.Request, max_bytes: int, max_decompressed: int) -> bytes:
+def _entity(identity: OtlpIdentity) -> ClientEntity:
+    return ClientEntity(ANONYMOUS_USER, identity.client_id or "")
+
+
+async def _read(request: web.Request, max_bytes: int) -> bytes:
     try:
-        body = await read_body(request, max_bytes)
+        return await read_body(request, max_bytes)
     except BodyTooLargeError as error:
         raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
+
+
+def _decode(request: web.Request, body: bytes, max_decompressed: int) -> bytes:
     try:
         encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
         return decode_content(encoding, body, max_decompressed)

@@ -1,8 +1,19 @@
-"""Where a quota decision plugs into the HTTP ingestion routes, and how it is answered.
+"""Client quotas on the HTTP routes: the one place their decisions are made.
 
-Each route asks one :class:`RequestThrottle` before doing any work; a
-positive answer refuses the request with HTTP 429 and ``Retry-After``. The
-server passes :func:`no_throttle` until quota enforcement is wired in.
+A Kafka broker records a request, returns the throttle in the response and
+mutes the channel, so the client's next request waits (KIP-219). HTTP has
+no channel to mute, so :class:`HttpQuotas` mutes the *entity* (user, client
+id): a request from an entity whose previous response carried a throttle
+that has not elapsed is refused (HTTP 429, ``Retry-After``) before it is
+processed and is not recorded, as a muted channel is not read. Any other
+request is processed and recorded with the same
+:class:`~telemetry.enforcement.ClientQuotas` as the Kafka listener's, and a
+throttle it earns mutes the entity from then on.
+
+The mute table is bounded: an entry goes when its deadline passes, and past
+:data:`MAX_MUTED_ENTITIES` the least recently used goes first (an entity
+dropped early is served early, recorded, and throttled again: its quota
+still holds on average), so hostile client ids cannot grow it.
 
 ``Retry-After`` is in whole seconds (RFC 9110 §10.2.3), rounded up so a
 client never retries early. For OTLP it is also capped below 10 s: the
@@ -13,24 +24,83 @@ wait past that.
 from __future__ import annotations
 
 import math
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["OTLP_MAX_RETRY_AFTER_S", "RequestThrottle", "no_throttle", "retry_after_s"]
+from cachetools import TLRUCache
+
+if TYPE_CHECKING:
+    from telemetry.enforcement import ClientEntity, ClientQuotas
+
+__all__ = ["MAX_MUTED_ENTITIES", "OTLP_MAX_RETRY_AFTER_S", "HttpQuotas", "retry_after_s"]
 
 #: The longest ``Retry-After`` an OTLP response carries.
 OTLP_MAX_RETRY_AFTER_S: Final = 9
+#: At most this many entities are muted at once (about 300 bytes each, the key included).
+MAX_MUTED_ENTITIES: Final = 10_000
 
 
-class RequestThrottle(Protocol):
-    """The throttle time owed by an entity for a request of ``request_bytes``; 0 to go on."""
-
-    def __call__(
-        self, *, principal: str, client_id: str | None, request_bytes: int, now_ms: int
-    ) -> int: ...
+def _deadline(entity: ClientEntity, deadline_ms: int, now_ms: float) -> float:
+    """An entry's time to use is its own value, the deadline."""
+    return deadline_ms
 
 
-def no_throttle(*, principal: str, client_id: str | None, request_bytes: int, now_ms: int) -> int:
-    return 0
+class HttpQuotas:
+    """The client quotas of the HTTP routes, with Kafka's muted channel kept per entity.
+
+    Every method takes ``now_ms``; the mute table expires entries at the
+    latest time it was given, so an injected clock drives it exactly.
+    """
+
+    def __init__(self, clients: ClientQuotas, max_muted: int = MAX_MUTED_ENTITIES) -> None:
+        self.clients = clients
+        self._now_ms = 0
+        self._muted: TLRUCache[ClientEntity, int] = TLRUCache(max_muted, _deadline, self._time)
+
+    @property
+    def muted_entities(self) -> int:
+        """Entities muted now, and those whose mute ended since the last call (not yet purged)."""
+        return len(self._muted)
+
+    def muted_ms(self, entity: ClientEntity, now_ms: int) -> int:
+        """How long ``entity`` stays muted from ``now_ms``; 0 to serve its request."""
+        self._advance(now_ms)
+        deadline_ms = self._muted.get(entity)
+        return 0 if deadline_ms is None else max(0, deadline_ms - now_ms)
+
+    def admit_instance_creation(self, entity: ClientEntity, now_ms: int) -> int:
+        """Draw one token for a new client instance (KIP-599, strict); the throttle if refused."""
+        return self.clients.admit_instance_creation(entity, now_ms)
+
+    def finish_request(
+        self,
+        entity: ClientEntity,
+        request_nanos: int,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+    ) -> int:
+        """Record a served request; the throttle its response carries, for which it is muted."""
+        throttle = self.clients.finish_request(
+            entity,
+            request_nanos,
+            now_ms,
+            push_bytes=push_bytes,
+            mutation_throttle_ms=mutation_throttle_ms,
+        )
+        if throttle.time_ms > 0:
+            self._advance(now_ms)
+            deadline_ms = now_ms + throttle.time_ms
+            # Requests of one entity may overlap: the longest mute wins.
+            self._muted[entity] = max(deadline_ms, self._muted.get(entity, deadline_ms))
+        return throttle.time_ms
+
+    def _time(self) -> float:
+        return self._now_ms
+
+    def _advance(self, now_ms: int) -> None:
+        self._now_ms = max(self._now_ms, now_ms)
+        self._muted.expire()
 
 
 def retry_after_s(throttle_time_ms: int, cap_s: int | None = None) -> int:

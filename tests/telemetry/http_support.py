@@ -3,7 +3,8 @@
 :func:`running_http` serves :func:`telemetry.http.add_ingest_routes` on
 127.0.0.1 (port 0) over the manager, ingest log and clock of a
 :func:`~tests.telemetry.kafka_wire_client.running_server`, so both
-listeners share one manager and one log, as in ``kip714 serve``.
+listeners share one manager, one log and one set of client quotas, as in
+``kip714 serve``.
 :class:`HttpKip714Client` offers the :class:`WireClient` methods the Kafka
 listener's tests use (``subscribe``, ``get_subscriptions``, ``push``,
 ``close``) over the HTTP routes and returns the same response types, so
@@ -23,7 +24,8 @@ import aiohttp
 from aiohttp import web
 
 from telemetry.errors import ErrorCode
-from telemetry.http import HttpIngest, add_ingest_routes, no_throttle
+from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.throttle import MAX_MUTED_ENTITIES
 from telemetry.kafka_listener import wall_clock_ms
 from telemetry.wire import GetTelemetrySubscriptionsResponse, PushTelemetryResponse
 from tests.telemetry.kafka_wire_client import IO_TIMEOUT_S, LOOPBACK, ZERO_ID
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from exporters.api import LoggedPush
-    from telemetry.http import RequestThrottle
     from telemetry.ingest import IngestLog
     from telemetry.manager import TelemetryManager
     from tests.telemetry.kafka_wire_client import ManualClock, Server
@@ -89,14 +90,14 @@ class HttpServer:
 
 @contextlib.asynccontextmanager
 async def running_http(
-    kafka: Server, throttle: RequestThrottle = no_throttle
+    kafka: Server, max_muted: int = MAX_MUTED_ENTITIES
 ) -> AsyncIterator[HttpServer]:
-    """Serve the ingestion routes over ``kafka``'s manager, log and clock until exit."""
+    """Serve the ingestion routes over ``kafka``'s manager, log, clock and quotas until exit."""
     ingest = HttpIngest(
         manager=kafka.manager,
         log=kafka.log,
         clock=kafka.clock if kafka.clock is not None else wall_clock_ms,
-        throttle=throttle,
+        quotas=HttpQuotas(kafka.listener.enforcement.clients, max_muted),
     )
     app = web.Application()
     add_ingest_routes(app, ingest)
@@ -131,8 +132,9 @@ class HttpKip714Client:
             server.answers.append(
                 Answer(response.status, response.headers.get("Retry-After"), body)
             )
-        # The HTTP mapping of Kafka's throttle: 429 exactly when a throttle time is set.
-        expected = 429 if body.get("throttle_time_ms", 0) > 0 else 200
+        # The HTTP mapping of Kafka's throttle: 429 exactly for a refusal naming a wait.
+        refused = body["error_code"] == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        expected = 429 if refused and body["throttle_time_ms"] > 0 else 200
         assert response.status == expected, (response.status, body)
         assert body["error_name"] == ErrorCode(body["error_code"]).name
         return body

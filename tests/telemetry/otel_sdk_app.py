@@ -32,12 +32,13 @@ RECORD_ROUNDS = 4
 
 
 class RecordingExporter(OTLPMetricExporter):
-    """The SDK's exporter, noting each data point of each acknowledged export."""
+    """The SDK's exporter, noting each data point of each acknowledged export, and failures."""
 
     def __init__(self, record_path: Path) -> None:
         super().__init__()
         self.record_path = record_path
         self.exports = 0
+        self.failures = 0
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float | None = 10_000, **kwargs: Any
@@ -48,6 +49,8 @@ class RecordingExporter(OTLPMetricExporter):
             with self.record_path.open("a") as out:
                 for line in _points(metrics_data):
                     out.write(json.dumps(line) + "\n")
+        else:
+            self.failures += 1  # the SDK gave up on it (retries included): dropped
         return result
 
 
@@ -90,7 +93,7 @@ def main(record_path: Path) -> int:
             latency.record(value)
         time.sleep(EXPORT_INTERVAL_MS / 1000)
     provider.shutdown()  # a final collection and export
-    print(json.dumps({"exports": exporter.exports}))
+    print(json.dumps({"exports": exporter.exports, "failures": exporter.failures}))
     return 0 if exporter.exports >= 2 else 1
 
 

@@ -4,16 +4,16 @@ The tests imported from ``test_kafka_listener_push`` take their ``server``
 fixture from this module, which serves the HTTP routes over the same manager
 and log (:mod:`tests.telemetry.http_support`), so every error code, gate and
 check order the Kafka listener is held to holds over HTTP too; the HTTP
-client also checks each status (429 exactly when a throttle time is set).
-Below them: what only HTTP has (its throttle mapping, bad requests, the
-identity fields, a cancelled handler).
+client also checks each status (429 exactly for THROTTLING_QUOTA_EXCEEDED
+with a throttle time). Below them: what only HTTP has (bad requests, the
+identity fields, a cancelled handler); client quotas are in
+``test_http_quotas``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-import uuid
 from typing import TYPE_CHECKING
 
 import pytest
@@ -129,44 +129,6 @@ async def test_identity_fields_and_the_connection_land_with_the_push(server: Htt
     assert logged.client_source_port is not None and logged.client_source_port > 0
     assert logged.principal == "User:ANONYMOUS"
     assert logged.payload == PAYLOAD
-
-
-def _throttle_everything(
-    *, principal: str, client_id: str | None, request_bytes: int, now_ms: int
-) -> int:
-    # A quota decision as the enforcement would give it: 2.5 s owed by this client.
-    return 2500 if client_id == "greedy" else 0
-
-
-@pytest.mark.parametrize("route", [GET, PUSH])
-async def test_the_throttle_hook_answers_429_and_nothing_reaches_the_manager(
-    tmp_path: Path, route: str
-) -> None:
-    async with (
-        running_server(tmp_path, clock=ManualClock()) as kafka,
-        running_http(kafka, throttle=_throttle_everything) as server,
-    ):
-        headers = {
-            "Kip714-Client-Instance-Id": kafka_uuid(uuid.uuid4()),
-            "Kip714-Subscription-Id": "1",
-            "Kip714-Client-Id": "greedy",
-        }
-        request: dict[str, Any] = {"headers": headers, "data": PAYLOAD}
-        if route == GET:
-            request = {"json": {"client_id": "greedy"}}
-        async with server.session.post(server.url + route, **request) as response:
-            body = await response.json()
-            status, retry_after = response.status, response.headers.get("Retry-After")
-        instances = server.manager.instance_count
-        logged = await server.pushes()
-    assert (status, retry_after) == (429, "3")
-    assert body == {
-        "throttle_time_ms": 2500,
-        "error_code": ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-        "error_name": "THROTTLING_QUOTA_EXCEEDED",
-    }
-    assert instances == 0
-    assert logged == []
 
 
 @pytest.mark.parametrize(

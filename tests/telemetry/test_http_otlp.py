@@ -434,28 +434,6 @@ async def test_only_post_is_served(server: HttpServer) -> None:
         assert response.status == 405
 
 
-@pytest.mark.parametrize(("throttle_ms", "retry_after"), [(2500, "3"), (60_000, "9")])
-async def test_a_throttle_decision_is_429_with_retry_after_below_ten_seconds(
-    tmp_path: Path, throttle_ms: int, retry_after: str
-) -> None:
-    seen: list[tuple[str, str | None, int]] = []
-
-    def throttle(*, principal: str, client_id: str | None, request_bytes: int, now_ms: int) -> int:
-        seen.append((principal, client_id, request_bytes))
-        return throttle_ms
-
-    async with (
-        running_server(tmp_path) as kafka,
-        running_http(kafka, throttle=throttle) as server,
-    ):
-        status, headers, body = await post(server, SDK_BODY, PROTOBUF)
-        logged = await server.pushes()
-    assert (status, headers["Retry-After"]) == (429, retry_after)
-    assert Status.FromString(body).code == 8
-    assert seen == [("User:ANONYMOUS", "checkout", len(SDK_BODY))]
-    assert logged == []
-
-
 async def test_a_full_log_is_503_with_retry_after(tmp_path: Path) -> None:
     log_config = LogConfig(segment_bytes=4096, max_bytes=8192, full_throttle_ms=1500)
     body = otlp_request(resource_metrics(SDK_RESOURCE, "filler", points=60))

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,68 @@ def test_an_sdk_app_lands_every_exported_point_once(
     assert version is not None and version[0].isdigit()
     assert (address, principal) == ("127.0.0.1", "User:ANONYMOUS")
     assert all(r["resource_attributes"]["deployment"] == "test" for r in rows)
+
+
+QUOTA_CONFIG = (
+    CONFIG
+    + """
+[quotas]
+window_num = 2
+window_size_s = 1
+[[quotas.clients]]
+client_id = "checkout"
+push_byte_rate = 400
+"""
+)
+
+
+def test_an_sdk_app_over_its_byte_rate_retries_on_429_and_every_point_lands(
+    tmp_path: Path,
+) -> None:
+    """The SDK's exporter retries 429 after ``Retry-After``, within its 10 s budget.
+
+    An export is about 800 bytes; over 2 windows of 1 s (a rate measured over
+    at least 1 s) a quota of 400 B/s throttles each accepted export for
+    about 1-2 s, so the next export, 300 ms later, is muted: 429 with a
+    ``Retry-After`` of 1-3 s, which the SDK waits (in place of its own
+    backoff) before sending again. Nothing is dropped.
+    """
+    landing, record = tmp_path / "landing", tmp_path / "exported.jsonl"
+    server = ServeProcess(tmp_path / "data", QUOTA_CONFIG.format(landing=landing)).start()
+    try:
+        host, port = server.http
+        result = run_app(
+            {
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://{host}:{port}/v1/metrics",
+                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf",
+                "OTEL_SERVICE_NAME": "checkout",
+                "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={INSTANCE}",
+            },
+            record,
+        )
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert server.stop() == 0
+    finally:
+        server.kill()
+    exported = [json.loads(line) for line in record.read_text().splitlines()]
+    rows = read_rows(landing)
+
+    def sample(name: str) -> float:
+        [value] = [
+            float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(name)
+        ]
+        return value
+
+    assert result["failures"] == 0  # every export was acknowledged, after retries
+    assert (
+        sample('kip714_http_ingest_responses_total{route="/v1/metrics",status="200"}')
+        == (result["exports"])
+    )
+    assert sample('kip714_http_ingest_responses_total{route="/v1/metrics",status="429"}') >= 1
+    assert sample('kip714_throttles_total{reason="push_byte_rate"}') >= 1
+    assert collections.Counter(
+        point_key(r["metric_name"], r["attributes"], r["time"]) for r in rows
+    ) == collections.Counter(
+        point_key(p["name"], p["attributes"], p["time_unix_nano"] // 1000) for p in exported
+    )

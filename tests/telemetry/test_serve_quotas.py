@@ -1,12 +1,14 @@
-"""SIGHUP changes quotas on a running ``kip714 serve`` and keeps what clients have used."""
+"""SIGHUP changes the quotas of a running ``kip714 serve``, on both listeners, keeping usage."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
+import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
@@ -107,3 +109,55 @@ def test_sighup_with_a_new_window_changes_nothing(tmp_path: Path) -> None:
         server.kill()
     assert code == ErrorCode.NONE
     assert throttle_ms > 0  # still the 1 B/s quota: the reload was refused whole
+
+
+def http_post(server: ServeProcess, path: str, body: bytes, headers: dict[str, str]) -> Any:
+    """``(status, JSON body)``; an HTTP error status is an answer, not an exception."""
+    host, port = server.http
+    request = urllib.request.Request(
+        f"http://{host}:{port}{path}", data=body, headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
+
+
+def test_sighup_changes_the_quotas_of_the_http_routes_too(tmp_path: Path) -> None:
+    server = ServeProcess(tmp_path / "data", quota_config(1e12)).start()
+    try:
+        status, sub = http_post(
+            server,
+            "/v1/telemetry/subscriptions",
+            json.dumps({"client_id": "reloaded"}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        assert status == 200
+        headers = {
+            "Kip714-Client-Instance-Id": sub["client_instance_id"],
+            "Kip714-Subscription-Id": str(sub["subscription_id"]),
+            "Kip714-Client-Id": "reloaded",
+        }
+        before = http_post(server, "/v1/telemetry/push", PAYLOAD, headers)
+        assert server.config_path is not None and server.process is not None
+        server.config_path.write_text(quota_config(len(PAYLOAD) / 100))
+        server.process.send_signal(signal.SIGHUP)
+        assert wait_until(
+            lambda: any("quotas and limits reloaded" in line for line in server.lines)
+        )
+        time.sleep(0.12)  # past the 100 ms push interval
+        throttled = http_post(server, "/v1/telemetry/push", PAYLOAD, headers)
+        muted = http_post(server, "/v1/telemetry/push", PAYLOAD, headers)
+        assert server.stop() == 0
+    finally:
+        server.kill()
+    assert before == (200, {"throttle_time_ms": 0, "error_code": 0, "error_name": "NONE"})
+    # The lowered quota, over the usage kept from before the reload: accepted, throttled.
+    status, answer = throttled
+    assert (status, answer["error_code"]) == (200, ErrorCode.NONE)
+    assert answer["throttle_time_ms"] > 10_000
+    status, answer = muted
+    assert (status, answer["error_code"]) == (429, ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+    assert 0 < answer["throttle_time_ms"] <= throttled[1]["throttle_time_ms"]
