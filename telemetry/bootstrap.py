@@ -170,16 +170,17 @@ class Server:
             readiness=self.readiness,
         )
         registry = make_registry(collector)
+        # The same client quotas as the Kafka listener's (SIGHUP applies to all).
+        http_quotas = HttpQuotas(self.enforcement.clients)
         ingest = HttpIngest(
             manager=self.manager,
             log=self.log,
             decompressor=self.listener.decompressor,
-            # The same client quotas as the Kafka listener's (SIGHUP applies to both).
-            quotas=HttpQuotas(self.enforcement.clients),
+            quotas=http_quotas,
         )
         registry.register(HttpIngestCollector(ingest.stats))
         forward = ForwardHandler(
-            self.log, settings.forward, settings.telemetry.max_decompressed_bytes
+            self.log, settings.forward, settings.telemetry.max_decompressed_bytes, http_quotas
         )
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)

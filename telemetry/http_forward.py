@@ -30,10 +30,15 @@ resource of the payload, ``kafka.broker.id`` (int) and
 ``kafka.broker.listener``, replacing any the client sent: a client must not
 be able to claim which broker it came through.
 
-Quotas: the caller is the broker, identified by the token; pushes are not
-throttled per broker principal yet. Enforcement belongs in
-``ForwardHandler.handle`` after authentication, where the whole request's
-payload bytes are known before anything is logged.
+Quotas: the caller is a broker, so its traffic is one client quota entity,
+user ``kafka-broker`` and client id ``broker-<node id>`` (``broker`` when the
+node id is unknown), under the same ``[[quotas.clients]]`` rules as every
+client: the request's time and payload bytes are recorded once it is
+answered, and the throttle comes back in ``throttle_time_ms`` (the plugin
+waits that long before its next request). A request arriving while that
+throttle runs is answered 429 with ``Retry-After`` and nothing of it is
+logged or recorded, as the HTTP ingestion routes do for Kafka's muted
+channel.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import asyncio
 import hmac
 import logging
 import struct
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -50,10 +56,16 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from telemetry.client_uuid import Uuid
+from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode
+from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+from telemetry.kafka_listener import wall_clock_ms
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from telemetry.http.throttle import HttpQuotas
     from telemetry.kafka_listener import PushLog
 
 __all__ = [
@@ -231,16 +243,26 @@ def with_broker_attributes(payload: bytes, broker_id: int | None, listener: str 
 class ForwardHandler:
     """The route's handler: authenticate, read within bounds, log every push, answer per push."""
 
-    def __init__(self, log: PushLog, settings: ForwardSettings, max_payload_bytes: int) -> None:
+    def __init__(
+        self,
+        log: PushLog,
+        settings: ForwardSettings,
+        max_payload_bytes: int,
+        quotas: HttpQuotas | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         self._log = log
         self._settings = settings
         self._max_payload_bytes = max_payload_bytes
         self._token = None if settings.token is None else settings.token.encode("utf-8")
+        self._quotas = quotas
+        self._clock = clock
 
     async def handle(self, request: web.Request) -> web.Response:
         refusal = self._authenticate(request)
         if refusal is not None:
             return refusal
+        started_ns = time.perf_counter_ns()
         body = await self._read_body(request)
         if isinstance(body, web.Response):
             return body
@@ -248,7 +270,26 @@ class ForwardHandler:
             forward = decode_forward_request(body)
         except ForwardFormatError as error:
             return web.json_response({"error": f"not a forward request: {error}"}, status=400)
+        broker = _broker_entity(forward.broker_id)
+        quotas = self._quotas
+        if quotas is not None and (muted_ms := quotas.muted_ms(broker, self._clock())) > 0:
+            # Kafka's muted channel, kept per broker: nothing of it is logged or recorded.
+            return web.json_response(
+                {"error": "this broker's quota throttles it", "throttle_time_ms": muted_ms},
+                status=429,
+                headers={"Retry-After": str(retry_after_s(muted_ms))},
+            )
+        # Handling time: reading and decoding; waiting for the fsync is not work.
+        handled_ns = time.perf_counter_ns() - started_ns
         codes, throttle_ms = await self._log_pushes(forward)
+        if quotas is not None:
+            quota_ms = quotas.finish_request(
+                broker,
+                handled_ns,
+                self._clock(),
+                push_bytes=sum(len(push.payload) for push in forward.pushes),
+            )
+            throttle_ms = max(throttle_ms, quota_ms)
         return web.json_response({"error_codes": codes, "throttle_time_ms": throttle_ms})
 
     def _authenticate(self, request: web.Request) -> web.Response | None:
@@ -315,6 +356,15 @@ class ForwardHandler:
                     codes[index] = code
                     throttle_ms = max(throttle_ms, wait_ms)
         return codes, throttle_ms
+
+
+#: The quota entity's user for forwarded traffic (a broker is not a client principal).
+FORWARD_USER: Final = "kafka-broker"
+
+
+def _broker_entity(broker_id: int | None) -> ClientEntity:
+    """``(kafka-broker, broker-<node id>)``: one client quota entity per forwarding broker."""
+    return ClientEntity(FORWARD_USER, "broker" if broker_id is None else f"broker-{broker_id}")
 
 
 def _refused(error: BaseException) -> tuple[int, int]:

@@ -236,3 +236,42 @@ def test_the_broker_attributes_replace_any_the_client_claims() -> None:
     ]
     assert attributes[1].value.int_value == 5
     assert with_broker_attributes(b"\xff not otlp", 5, None) == b"\xff not otlp"
+
+
+QUOTA_CONFIG = f"""[forward]
+token = "{TOKEN}"
+[[quotas.clients]]
+user = "kafka-broker"
+client_id = "broker-7"
+push_byte_rate = 100
+"""
+
+
+@pytest.mark.parametrize("server", [QUOTA_CONFIG], indirect=True)
+async def test_a_broker_over_its_byte_quota_is_throttled_then_muted(server: Server) -> None:
+    """Forwarded traffic is one client quota entity per broker, enforced as on every route."""
+    assert server.log is not None and server.http_address is not None
+    data = otlp_payload("org.apache.kafka.producer.forwarded", points=20)
+    status, first = await post(server, encode_request(7, [encode_push(data)]))
+    logged = server.log.log_end
+    host, port = server.http_address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://{host}:{port}{FORWARD_PATH}",
+            data=encode_request(7, [encode_push(data)]),
+            headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
+        ) as muted,
+    ):
+        muted_body = await muted.json()
+        retry_after = int(muted.headers["Retry-After"])
+    other_status, other = await post(server, encode_request(8, [encode_push(data)]))
+
+    assert status == 200
+    assert first["error_codes"] == [ErrorCode.NONE]
+    assert first["throttle_time_ms"] > 0  # accepted, and the broker is told to wait
+    assert muted.status == 429
+    assert 1 <= retry_after == -(-muted_body["throttle_time_ms"] // 1000)
+    assert logged == 1  # the muted request logged nothing...
+    assert (other_status, other["error_codes"], other["throttle_time_ms"]) == (200, [0], 0)
+    assert server.log.log_end == 2  # ...and another broker is not affected
