@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from telemetry.admin.settings import AdminSettings, parse_admin
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
 from telemetry.ingest import LogConfig
@@ -78,6 +79,8 @@ class Settings:
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     config_path: Path | None = None
+    #: ``[admin]`` and ``[security]``: the HTTP admin token, who may alter.
+    admin: AdminSettings = field(default_factory=AdminSettings)
     #: ``[rollups] retention_hours``: delete rollup hours older than this; ``None`` keeps them.
     rollups_retention_hours: int | None = None
 
@@ -167,6 +170,8 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "rollups",
             "quotas",
             "limits",
+            "admin",
+            "security",
         },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -220,6 +225,10 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         ),
         quotas=parse_quotas(_table("quotas", document.get("quotas", {}))),
         limits=limits,
+        admin=parse_admin(
+            _table("admin", document["admin"]) if "admin" in document else None,
+            _table("security", document["security"]) if "security" in document else None,
+        ),
     )
 
 
