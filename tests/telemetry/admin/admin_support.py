@@ -8,7 +8,11 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from telemetry.wire import RequestHeader
-from telemetry.wire.admin_apis import decode_admin_request, decode_admin_response, encode_admin_request
+from telemetry.wire.admin_apis import (
+    decode_admin_request,
+    decode_admin_response,
+    encode_admin_request,
+)
 
 if TYPE_CHECKING:
     from telemetry.wire.admin_apis import AdminRequest, AdminResponse
@@ -52,4 +56,3 @@ async def admin_call(
     answered, response = decode_admin_response(await client.read_frame(), api_key, version)
     assert answered == correlation_id
     return response
-

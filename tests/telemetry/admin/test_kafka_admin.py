@@ -275,9 +275,7 @@ async def test_unauthorised_alter_is_refused_and_reads_still_work(tmp_path: Path
 
 async def test_mutations_draw_from_the_strict_controller_mutation_rate(tmp_path: Path) -> None:
     # 0.1 mutations/s over 11 one-second windows: a burst of about one token.
-    config = STATIC + (
-        '[[quotas.clients]]\nclient_id = "probe"\ncontroller_mutation_rate = 0.1\n'
-    )
+    config = STATIC + ('[[quotas.clients]]\nclient_id = "probe"\ncontroller_mutation_rate = 0.1\n')
     resources = tuple(
         AlterConfigsResource(resource_type=16, resource_name=f"s{i}", configs=set_ops(metrics="*"))
         for i in range(4)
