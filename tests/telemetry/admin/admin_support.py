@@ -1,4 +1,4 @@
-"""Admin clients for the tests: kafka-python's KafkaAdminClient and admin frames over a WireClient."""
+"""Admin clients for tests: kafka-python's KafkaAdminClient, admin frames over a WireClient."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The admin plane on its own: merging quotas, and a change applied even when its request is cancelled."""
+"""The admin plane alone: quota merging; a change applied although its request was cancelled."""
 
 from __future__ import annotations
 
