@@ -20,6 +20,7 @@ from aiohttp import web
 from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
 from telemetry.admin import AdminAuthorizer
+from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
 from telemetry.config import ExporterSettings, Settings, load_settings
@@ -192,6 +193,7 @@ class Server:
         registry.register(HttpIngestCollector(ingest.stats))
         app = create_app(registry, self.health, self.readiness)
         add_ingest_routes(app, ingest)
+        add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
         # The ingestion routes decode Content-Encoding themselves, bounded.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
