@@ -296,8 +296,6 @@ class AdminPlane:
         appended.add_done_callback(self._appended)
         try:
             await asyncio.shield(appended)
-        except asyncio.CancelledError:
-            raise
         except Exception as error:
             return str(error)
         return None
