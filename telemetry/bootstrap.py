@@ -19,6 +19,10 @@ from aiohttp import web
 
 from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
+from telemetry.admin import AdminAuthorizer
+from telemetry.admin.http_routes import add_admin_routes
+from telemetry.admin.kafka_handlers import KafkaAdminHandlers
+from telemetry.admin.plane import AdminPlane
 from telemetry.config import ExporterSettings, Settings, load_settings
 from telemetry.data_dir_lock import DataDirLock
 from telemetry.enforcement import Enforcement
@@ -31,6 +35,7 @@ from telemetry.http_forward import ForwardHandler
 from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
 from telemetry.manager import TelemetryManager
+from telemetry.metastore import MetadataStore, MetadataStoreError
 from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
 
@@ -112,6 +117,8 @@ class Server:
         self.enforcement = Enforcement(settings.quotas, settings.limits)
         self.log: IngestLog | None = None
         self.listener: KafkaListener | None = None
+        #: The metadata store applied on top of the file (``telemetry.admin``).
+        self.admin: AdminPlane | None = None
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -134,6 +141,7 @@ class Server:
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
         self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
+        await self._open_admin_plane()
         try:
             self.log = await IngestLog.open(settings.log_dir, settings.log)
         except (OSError, ValueError) as error:
@@ -152,8 +160,18 @@ class Server:
                 settings.data_dir / ROLLUPS_DIR, settings.rollups_retention_hours
             )
             self.rollup_retention.start()
+        assert self.admin is not None
         self.listener = KafkaListener(
-            settings.kafka, self.manager, self.log, enforcement=self.enforcement
+            settings.kafka,
+            self.manager,
+            self.log,
+            enforcement=self.enforcement,
+            admin=KafkaAdminHandlers(
+                self.admin,
+                AdminAuthorizer(settings.admin.super_users),
+                self.enforcement,
+                wall_clock_ms,
+            ),
         )
         try:
             kafka_address = await self.listener.start()
@@ -184,6 +202,7 @@ class Server:
         )
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
+        add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
         # The ingestion routes decode Content-Encoding themselves, bounded.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
@@ -230,6 +249,7 @@ class Server:
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
         if self.log is not None:
             steps.append(("ingest log", self.log.close))
+        steps.append(("metadata store", self._close_admin_plane))
         if self._data_dir_lock is not None:
             steps.append(("data directory lock", self._release_data_dir))
         for name, step in steps:
@@ -250,6 +270,30 @@ class Server:
             _log.info("kip714 stopped")
         if cancelled is not None:
             raise cancelled
+
+    async def _open_admin_plane(self) -> None:
+        """Open ``<data_dir>/meta`` (replayed) and run by static then dynamic from now on."""
+        settings = self.settings
+        try:
+            store = await asyncio.to_thread(MetadataStore.open, settings.data_dir)
+        except (OSError, MetadataStoreError) as error:
+            raise StartupError(f"metadata store {settings.data_dir / 'meta'}: {error}") from error
+        self.admin = AdminPlane(
+            store,
+            self.manager.subscriptions,
+            self.enforcement,
+            static_subscriptions=settings.subscriptions,
+            static_quotas=settings.quotas,
+            limits=settings.limits,
+        )
+        try:
+            self.admin.apply()
+        except Exception as error:  # a stored value this version refuses
+            raise StartupError(f"metadata store {store.directory}: {error}") from error
+
+    async def _close_admin_plane(self) -> None:
+        if self.admin is not None:
+            await asyncio.to_thread(self.admin.store.close)
 
     async def _release_data_dir(self) -> None:
         lock, self._data_dir_lock = self._data_dir_lock, None
@@ -303,7 +347,10 @@ class Server:
             return
         try:
             fresh = load_settings(self.settings.config_path)
-            self.enforcement.apply(fresh.quotas, fresh.limits)
+            if self.admin is not None:  # the file under the dynamic layer
+                self.admin.reload(fresh.subscriptions, fresh.quotas, fresh.limits)
+            else:
+                self.enforcement.apply(fresh.quotas, fresh.limits)
         except Exception as error:
             _log.error("SIGHUP: keeping the current subscriptions, quotas and limits: %s", error)
             return
@@ -312,12 +359,13 @@ class Server:
             len(fresh.quotas.clients),
             len(fresh.quotas.ips),
         )
-        current = self.manager.subscriptions
         wanted = {subscription.name for subscription in fresh.subscriptions}
-        for name in [s.name for s in current if s.name not in wanted]:
-            current.update(name, {})
-        for subscription in fresh.subscriptions:
-            current.put(subscription)
+        if self.admin is None:
+            current = self.manager.subscriptions
+            for name in [s.name for s in current if s.name not in wanted]:
+                current.update(name, {})
+            for subscription in fresh.subscriptions:
+                current.put(subscription)
         _log.info("SIGHUP: subscriptions reloaded: %s", ", ".join(sorted(wanted)))
 
     def health(self) -> dict[str, object]:

@@ -19,6 +19,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from telemetry import demo, log_cli
+from telemetry.admin import cli as admin_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
 from telemetry.data_dir_lock import DataDirLockedError
@@ -88,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "subscriptions",
+        help="describe or change client-metrics subscriptions (kip714 subscriptions --help)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "quotas",
+        help="describe or change client quotas (kip714 quotas --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "rollup",
         help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
         add_help=False,
@@ -98,7 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     # Commands with parsers of their own get their arguments untouched.
-    delegated = {"rollup": rollup, "demo": demo.main, "log": log_cli.main}
+    delegated = {
+        "rollup": rollup,
+        "demo": demo.main,
+        "log": log_cli.main,
+        "subscriptions": admin_cli.subscriptions_main,
+        "quotas": admin_cli.quotas_main,
+    }
     if arguments and arguments[0] in delegated:
         return delegated[arguments[0]](arguments[1:])
     parser = build_parser()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from telemetry.admin.settings import AdminSettings, parse_admin
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
 from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
@@ -79,6 +80,8 @@ class Settings:
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     config_path: Path | None = None
+    #: ``[admin]`` and ``[security]``: the HTTP admin token, who may alter.
+    admin: AdminSettings = field(default_factory=AdminSettings)
     #: ``[rollups] retention_hours``: delete rollup hours older than this; ``None`` keeps them.
     rollups_retention_hours: int | None = None
     #: ``[forward]``: ``POST /v1/telemetry/forward`` for the Kafka broker plugin.
@@ -171,6 +174,8 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "quotas",
             "limits",
             "forward",
+            "admin",
+            "security",
         },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -225,6 +230,10 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         quotas=parse_quotas(_table("quotas", document.get("quotas", {}))),
         limits=limits,
         forward=_forward(_section("forward", document, {"token", "max_request_bytes"})),
+        admin=parse_admin(
+            _table("admin", document["admin"]) if "admin" in document else None,
+            _table("security", document["security"]) if "security" in document else None,
+        ),
     )
 
 

@@ -41,7 +41,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, Protocol
 
 from telemetry.client_uuid import Uuid
@@ -82,6 +82,8 @@ from telemetry.wire import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 
 _log = logging.getLogger(__name__)
 
@@ -162,8 +164,11 @@ class KafkaListener:
         log: PushLog,
         clock: Callable[[], int] = wall_clock_ms,
         enforcement: Enforcement | None = None,
+        admin: KafkaAdminHandlers | None = None,
     ) -> None:
         self.config = config
+        #: The admin APIs (``telemetry.admin``), served and advertised when given.
+        self.admin = admin
         self.manager = manager
         self.log = log
         self.clock = clock
@@ -403,7 +408,20 @@ class KafkaListener:
                 return encode_response(error.header, ApiKey.API_VERSIONS, 0, answer), 0
             raise CloseConnectionError(str(error)) from error
         except UnsupportedApiKeyError as error:
-            raise CloseConnectionError(str(error)) from error
+            admin = self.admin
+            if admin is None or not admin.serves(error.header.api_key):
+                raise CloseConnectionError(str(error)) from error
+            state.identify(error.header.client_id or "")
+            self.stats.requests[admin.name(error.header.api_key)] += 1
+            return admin.handle(
+                state,
+                frame,
+                lambda mutation_ms: (
+                    self._finish_request(
+                        state, started_ns, mutation_throttle_ms=mutation_ms
+                    ).time_ms
+                ),
+            )
         # Kafka reads a null client id as "".
         state.identify(header.client_id or "")
         version = header.api_version
@@ -419,6 +437,8 @@ class KafkaListener:
                 state.software(request.client_software_name, request.client_software_version)
             throttle = self._finish_request(state, started_ns).time_ms
             answer = api_versions_response(throttle)
+            if self.admin is not None:
+                answer = replace(answer, api_keys=answer.api_keys + self.admin.advertised)
             return encode_response(header, ApiKey.API_VERSIONS, version, answer), throttle
         if isinstance(request, MetadataRequest):
             self.stats.requests["Metadata"] += 1

@@ -146,7 +146,8 @@ class MetadataStore:
         image, next_offset, segment_base, replayed = _replay_segments(
             directory, image, snapshot_offset
         )
-        logger.info(
+        # Debug: a start that fails later must print its one error line only.
+        logger.debug(
             "metadata store opened: snapshot at offset %d, %d records replayed, next offset %d",
             snapshot_offset,
             replayed,

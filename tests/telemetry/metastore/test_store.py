@@ -188,7 +188,7 @@ def test_snapshots_bound_replay_and_drop_covered_segments(
         expected = store.image
     assert [path.name for path in _snapshots(tmp_path)] == ["00000000000000000008.checkpoint"]
     assert [path.name for path in _segments(tmp_path)] == ["00000000000000000008.log"]
-    with caplog.at_level(logging.INFO, "telemetry.metastore.store"):
+    with caplog.at_level(logging.DEBUG, "telemetry.metastore.store"):
         reopened = MetadataStore.open(tmp_path, snapshot_interval_records=4)
     assert "snapshot at offset 8, 2 records replayed" in caplog.text
     assert reopened.image == expected

@@ -1,0 +1,384 @@
+"""The admin APIs on the Kafka listener: client-metrics configs and client quotas.
+
+Served: DescribeConfigs (32, v1–4) and IncrementalAlterConfigs (44, v0–1) for
+CLIENT_METRICS resources (type 16), ListConfigResources (74, v0–1; named
+ListClientMetricsResources before KIP-1142), DescribeClientQuotas (48, v0–1)
+and AlterClientQuotas (49, v0–1): what ``kafka-configs.sh``,
+``kafka-client-metrics.sh`` and kafka-python's admin client send.
+
+Reads answer at once. A change is answered only once the metadata store has
+it on disk: the handler returns a pending response, completed from the task
+that appends in a worker thread, so the connection keeps its order and the
+event loop never waits for an ``fsync``.
+
+Kafka's rules around a change: ALTER_CONFIGS on the cluster (the
+:class:`~telemetry.admin.authorizer.AdminAuthorizer`), else
+CLUSTER_AUTHORIZATION_FAILED (31) for each resource or entity; and, as
+KIP-599 does for topic mutations, each resource or entity a change would
+touch draws one token from the caller's strict ``controller_mutation_rate``:
+in deficit it is refused with THROTTLING_QUOTA_EXCEEDED (89) and the
+throttle time is returned (``validate_only`` draws nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Final
+
+from quotas import ThrottlingQuotaExceededError
+from telemetry.admin.authorizer import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, principal_of
+from telemetry.admin.plane import unsupported_resource_message
+from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.kafka_connection import CloseConnectionError
+from telemetry.metastore import CLIENT_METRICS_RESOURCE
+from telemetry.wire import ApiVersion, UnsupportedVersionError
+from telemetry.wire.admin_apis import (
+    ADMIN_VERSIONS,
+    AdminApiKey,
+    decode_admin_request,
+    encode_admin_response,
+)
+from telemetry.wire.config_messages import (
+    AlterConfigsResourceResponse,
+    ConfigResource,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
+from telemetry.wire.quota_messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    AlterClientQuotasResult,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from typing import Any
+
+    from telemetry.admin.authorizer import AdminAuthorizer
+    from telemetry.admin.plane import AdminPlane
+    from telemetry.enforcement import ClientEntity, Enforcement
+    from telemetry.kafka_connection import ConnectionState
+    from telemetry.wire.admin_apis import AdminResponse
+
+_log = logging.getLogger(__name__)
+
+#: The admin keys this module answers, in the order ApiVersions lists them.
+SERVED: Final = (
+    AdminApiKey.DESCRIBE_CONFIGS,
+    AdminApiKey.INCREMENTAL_ALTER_CONFIGS,
+    AdminApiKey.DESCRIBE_CLIENT_QUOTAS,
+    AdminApiKey.ALTER_CLIENT_QUOTAS,
+    AdminApiKey.LIST_CONFIG_RESOURCES,
+)
+ADVERTISED: Final = tuple(
+    ApiVersion(
+        api_key=int(key),
+        min_version=ADMIN_VERSIONS[key].min_version,
+        max_version=ADMIN_VERSIONS[key].max_version,
+    )
+    for key in SERVED
+)
+#: ListConfigResources v1's types (KIP-1142): TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP.
+_LISTABLE_TYPES: Final = frozenset({2, 4, 8, 16, 32})
+#: Request names for the listener's counters, as Kafka's ``ApiKeys`` names them.
+API_NAMES: Final = {
+    AdminApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
+    AdminApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    AdminApiKey.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas",
+    AdminApiKey.ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
+    AdminApiKey.LIST_CONFIG_RESOURCES: "ListConfigResources",
+}
+_THROTTLED_MESSAGE: Final = "The throttling quota has been exceeded."
+
+
+class _PendingAdmin:
+    """A change being made durable; answered from its task's callback, in order."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: asyncio.Task[tuple[bytes, int]]) -> None:
+        self._task = task
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        def done(task: asyncio.Task[tuple[bytes, int]]) -> None:
+            if not task.cancelled():  # cancelled: the server stops, the connection closes
+                callback(task.result())
+
+        self._task.add_done_callback(done)
+
+
+class KafkaAdminHandlers:
+    """Decodes admin frames and answers them from the :class:`AdminPlane`."""
+
+    def __init__(
+        self,
+        plane: AdminPlane,
+        authorizer: AdminAuthorizer,
+        enforcement: Enforcement,
+        clock: Callable[[], int],
+    ) -> None:
+        self.plane = plane
+        self.authorizer = authorizer
+        self.enforcement = enforcement
+        self.clock = clock
+        self.advertised = ADVERTISED
+        self._changes: set[asyncio.Task[tuple[bytes, int]]] = set()
+
+    def serves(self, api_key: int) -> bool:
+        return api_key in SERVED
+
+    def name(self, api_key: int) -> str:
+        return API_NAMES[AdminApiKey(api_key)]
+
+    def handle(
+        self, state: ConnectionState, frame: bytes, finish: Callable[[int], int]
+    ) -> tuple[bytes, int] | _PendingAdmin:
+        """Answer one admin request; ``finish(mutation_throttle_ms)`` charges the
+        request to the client's quotas and returns the throttle its response carries.
+
+        Raises:
+            MalformedFrameError: the frame does not decode (the connection closes).
+            CloseConnectionError: an admin key at a version kip714 does not serve.
+        """
+        try:
+            header, request = decode_admin_request(frame)
+        except UnsupportedVersionError as error:
+            raise CloseConnectionError(str(error)) from error
+        version = header.api_version
+
+        def reply(response: AdminResponse) -> bytes:
+            return encode_admin_response(header.correlation_id, header.api_key, version, response)
+
+        match request:
+            case DescribeConfigsRequest():
+                throttle = finish(0)
+                results = tuple(
+                    self._describe(
+                        r.resource_type,
+                        r.resource_name,
+                        r.configuration_keys,
+                        request.include_synonyms,
+                    )
+                    for r in request.resources
+                )
+                return reply(
+                    DescribeConfigsResponse(results=results, throttle_time_ms=throttle)
+                ), throttle
+            case ListConfigResourcesRequest():
+                throttle = finish(0)
+                return reply(self._list(request, throttle)), throttle
+            case DescribeClientQuotasRequest():
+                throttle = finish(0)
+                return reply(self._describe_quotas(request, throttle)), throttle
+            case IncrementalAlterConfigsRequest():
+                return self._alter_configs(state, request, reply, finish)
+            case AlterClientQuotasRequest():
+                return self._alter_quotas(state, request, reply, finish)
+        raise CloseConnectionError(f"no handler for {type(request).__name__}")
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _describe(
+        self,
+        resource_type: int,
+        name: str,
+        keys: tuple[str, ...] | None,
+        include_synonyms: bool,
+    ) -> DescribeConfigsResult:
+        if resource_type != CLIENT_METRICS_RESOURCE:
+            return DescribeConfigsResult(
+                resource_type=resource_type,
+                resource_name=name,
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=unsupported_resource_message(resource_type),
+            )
+        return self.plane.describe_client_metrics(name, keys, include_synonyms=include_synonyms)
+
+    def _list(
+        self, request: ListConfigResourcesRequest, throttle: int
+    ) -> ListConfigResourcesResponse:
+        types = set(request.resource_types)
+        if not types <= _LISTABLE_TYPES:
+            return ListConfigResourcesResponse(
+                config_resources=(),
+                error_code=ErrorCode.UNSUPPORTED_VERSION,
+                throttle_time_ms=throttle,
+            )
+        names = self.plane.client_metrics_names() if not types or 16 in types else ()
+        return ListConfigResourcesResponse(
+            config_resources=tuple(ConfigResource(resource_name=name) for name in names),
+            throttle_time_ms=throttle,
+        )
+
+    def _describe_quotas(
+        self, request: DescribeClientQuotasRequest, throttle: int
+    ) -> DescribeClientQuotasResponse:
+        try:
+            entries = self.plane.describe_client_quotas(request.components, request.strict)
+        except TelemetryError as refusal:
+            return DescribeClientQuotasResponse(
+                entries=None,
+                error_code=refusal.error_code,
+                error_message=str(refusal),
+                throttle_time_ms=throttle,
+            )
+        return DescribeClientQuotasResponse(entries=entries, throttle_time_ms=throttle)
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def _draw(self, entity: ClientEntity, count: int) -> tuple[int, int]:
+        """Strict KIP-599 draws, one per item: how many were admitted, and the throttle."""
+        now_ms = self.clock()
+        quota = self.enforcement.clients.mutations.new_quota_for(
+            entity.user, entity.client_id, True, now_ms
+        )
+        for admitted in range(count):
+            try:
+                quota.record(1.0, now_ms)
+            except ThrottlingQuotaExceededError as refused:
+                return admitted, refused.throttle_time_ms
+        return count, 0
+
+    def _alter_configs(
+        self,
+        state: ConnectionState,
+        request: IncrementalAlterConfigsRequest,
+        reply: Callable[[AdminResponse], bytes],
+        finish: Callable[[int], int],
+    ) -> tuple[bytes, int] | _PendingAdmin:
+        resources = request.resources
+        if not self.authorizer.may_alter(principal_of(state)):
+            throttle = finish(0)
+            refused = tuple(
+                AlterConfigsResourceResponse(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    error_message=CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+                )
+                for r in resources
+            )
+            response = IncrementalAlterConfigsResponse(responses=refused, throttle_time_ms=throttle)
+            return reply(response), throttle
+        admitted, mutation_ms = (
+            (len(resources), 0)
+            if request.validate_only
+            else self._draw(state.entity, len(resources))
+        )
+        throttle = finish(mutation_ms)
+        throttled = tuple(
+            AlterConfigsResourceResponse(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                error_message=_THROTTLED_MESSAGE,
+            )
+            for r in resources[admitted:]
+        )
+
+        async def change() -> bytes:
+            answers = await self.plane.alter_client_metrics(
+                resources[:admitted], request.validate_only
+            )
+            return reply(
+                IncrementalAlterConfigsResponse(
+                    responses=answers + throttled, throttle_time_ms=throttle
+                )
+            )
+
+        def failed(error: BaseException) -> bytes:
+            answers = tuple(
+                AlterConfigsResourceResponse(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                    error_message=str(error),
+                )
+                for r in resources
+            )
+            return reply(
+                IncrementalAlterConfigsResponse(responses=answers, throttle_time_ms=throttle)
+            )
+
+        return self._pending(change(), failed, throttle)
+
+    def _alter_quotas(
+        self,
+        state: ConnectionState,
+        request: AlterClientQuotasRequest,
+        reply: Callable[[AdminResponse], bytes],
+        finish: Callable[[int], int],
+    ) -> tuple[bytes, int] | _PendingAdmin:
+        entries = request.entries
+        if not self.authorizer.may_alter(principal_of(state)):
+            throttle = finish(0)
+            refused = tuple(
+                AlterClientQuotasResult(
+                    entity=entry.entity,
+                    error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    error_message=CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+                )
+                for entry in entries
+            )
+            return reply(
+                AlterClientQuotasResponse(entries=refused, throttle_time_ms=throttle)
+            ), throttle
+        admitted, mutation_ms = (
+            (len(entries), 0) if request.validate_only else self._draw(state.entity, len(entries))
+        )
+        throttle = finish(mutation_ms)
+        throttled = tuple(
+            AlterClientQuotasResult(
+                entity=entry.entity,
+                error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                error_message=_THROTTLED_MESSAGE,
+            )
+            for entry in entries[admitted:]
+        )
+
+        async def change() -> bytes:
+            answers = await self.plane.alter_client_quotas(
+                entries[:admitted], request.validate_only
+            )
+            return reply(
+                AlterClientQuotasResponse(entries=answers + throttled, throttle_time_ms=throttle)
+            )
+
+        def failed(error: BaseException) -> bytes:
+            answers = tuple(
+                AlterClientQuotasResult(
+                    entity=entry.entity,
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                    error_message=str(error),
+                )
+                for entry in entries
+            )
+            return reply(AlterClientQuotasResponse(entries=answers, throttle_time_ms=throttle))
+
+        return self._pending(change(), failed, throttle)
+
+    def _pending(
+        self,
+        change: Coroutine[Any, Any, bytes],
+        failed: Callable[[BaseException], bytes],
+        throttle: int,
+    ) -> _PendingAdmin:
+        async def answer() -> tuple[bytes, int]:
+            try:
+                return await change, throttle
+            except Exception as error:  # a bug: logged here, answered -1, the connection lives
+                _log.exception("an admin change failed")
+                return failed(error), throttle
+
+        task = asyncio.create_task(answer(), name="kafka-admin-change")
+        self._changes.add(task)
+        task.add_done_callback(self._changes.discard)
+        return _PendingAdmin(task)
