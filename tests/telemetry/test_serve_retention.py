@@ -57,19 +57,26 @@ def test_serve_deletes_expired_landing_and_rollup_hours(tmp_path: Path) -> None:
     server = ServeProcess(data_dir, CONFIG.format(data=data_dir)).start()
     try:
         gone = (old_landing, old_rollup, other_rollup)
+        partitions = "kip714_retention_deleted_partitions_total"
+        # An hour vanishes from its listing before its pass is counted: wait for both.
         deadline = time.monotonic() + 30
-        while any(path.exists() for path in gone) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(
+                f"http://{server.http[0]}:{server.http[1]}/metrics", timeout=10
+            ) as response:
+                metrics = response.read().decode()
+            counted = (
+                f'{partitions}{{dataset="rollups"}} 2.0' in metrics
+                and f'{partitions}{{dataset="landing"}} 1.0' in metrics
+            )
+            if counted and not any(path.exists() for path in gone):
+                break
             time.sleep(0.05)
-        with urllib.request.urlopen(
-            f"http://{server.http[0]}:{server.http[1]}/metrics", timeout=10
-        ) as response:
-            metrics = response.read().decode()
         assert server.stop() == 0
     finally:
         server.kill()
     assert not any(path.exists() for path in gone)
     assert new_landing.exists() and new_rollup.exists() and checkpoint.exists()
-    partitions = "kip714_retention_deleted_partitions_total"
     assert metric_value(metrics, f'{partitions}{{dataset="rollups"}}') == 2
     assert metric_value(metrics, f'{partitions}{{dataset="landing"}}') == 1
     assert metric_value(metrics, 'kip714_retention_deleted_bytes_total{dataset="rollups"}') > 0
