@@ -52,8 +52,8 @@ from telemetry.enforcement import (
     Throttle,
     ThrottleReason,
 )
-from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
-from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.ingest import PushContext
 from telemetry.kafka_connection import (
     CloseConnectionError,
     ConnectionState,
@@ -62,6 +62,7 @@ from telemetry.kafka_connection import (
 )
 from telemetry.manager import AcceptedPush, DeferredPush, TelemetryManager
 from telemetry.manager import PushTelemetryResponse as ManagerPushResponse
+from telemetry.push_completion import complete_failed_append, decompression_outcome
 from telemetry.wire import (
     ApiKey,
     ApiVersionsRequest,
@@ -581,20 +582,7 @@ class KafkaListener:
 
     def _append_failed(self, accepted: AcceptedPush, error: BaseException) -> ManagerPushResponse:
         """The push is not acknowledged; the error code tells the client when to retry."""
-        if isinstance(error, LogFullError):
-            _log.warning("refusing a push: %s", error.reason)
-            return self.manager.complete_push(
-                accepted,
-                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                throttle_time_ms=error.throttle_time_ms,
-            )
-        if isinstance(error, RecordTooLargeError):
-            return self.manager.complete_push(accepted, ErrorCode.TELEMETRY_TOO_LARGE)
-        _log.error("the ingest log could not take a push: %s", error)
-        # Retryable for every client (87 would switch their telemetry off).
-        return self.manager.complete_push(
-            accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=1000
-        )
+        return complete_failed_append(self.manager, accepted, error)
 
 
 class _PendingPush:
@@ -652,16 +640,7 @@ class _DeferredPush:
     def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
         def done(decompressed: asyncio.Future[bytes | TelemetryError]) -> None:
             listener = self._listener
-            outcome: bytes | TelemetryError
-            if decompressed.cancelled():
-                outcome = ThrottlingQuotaExceededError("the server is stopping")
-            elif (error := decompressed.exception()) is not None:
-                # Not a codec refusal (those come back as values): a bug or
-                # MemoryError. Retryable for the client; logged here, once.
-                _log.error("decompressing a push failed", exc_info=error)
-                outcome = ThrottlingQuotaExceededError(f"decompression failed: {error}")
-            else:
-                outcome = decompressed.result()
+            outcome = decompression_outcome(decompressed)
             result = listener.manager.finish_deferred(self._deferred, outcome)
             if not isinstance(result, AcceptedPush):
                 callback(_push_response(self._header, result, self._quota_throttle_ms))

@@ -45,11 +45,11 @@ from aiohttp import web
 from telemetry.client_instance import RequestContext
 from telemetry.client_uuid import ZERO_UUID, Uuid
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
-from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
+from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
 from telemetry.http.otlp import peer
 from telemetry.http.throttle import retry_after_s
-from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+from telemetry.ingest import PushContext
 from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
 from telemetry.manager import (
     AcceptedPush,
@@ -57,10 +57,10 @@ from telemetry.manager import (
     GetTelemetrySubscriptionsResponse,
     PushTelemetryResponse,
 )
+from telemetry.push_completion import complete_failed_append, decompression_outcome
 
 if TYPE_CHECKING:
     from telemetry.http.ingest import HttpIngest
-    from telemetry.manager import TelemetryManager
 
 __all__ = [
     "GET_ROUTE",
@@ -68,7 +68,6 @@ __all__ = [
     "PUSH_ROUTE",
     "GetSubscriptionsHandler",
     "PushHandler",
-    "complete_failed_append",
 ]
 
 _log = logging.getLogger(__name__)
@@ -358,15 +357,7 @@ class PushHandler:
                 answer.set_result(outcome)
 
         def done(future: asyncio.Future[bytes | TelemetryError]) -> None:
-            outcome: bytes | TelemetryError
-            if future.cancelled():
-                outcome = ThrottlingQuotaExceededError("the server is stopping")
-            elif (error := future.exception()) is not None:
-                # Codec refusals come back as values: this is a bug or a MemoryError.
-                _log.error("decompressing a push failed", exc_info=error)
-                outcome = ThrottlingQuotaExceededError(f"decompression failed: {error}")
-            else:
-                outcome = future.result()
+            outcome = decompression_outcome(future)
             result = self._ingest.manager.finish_deferred(deferred, outcome)
             if not isinstance(result, AcceptedPush):
                 answered(result)
@@ -403,28 +394,6 @@ class PushHandler:
 
         durable.add_done_callback(done)
         return answer
-
-
-def complete_failed_append(
-    manager: TelemetryManager, accepted: AcceptedPush, error: BaseException
-) -> PushTelemetryResponse:
-    """Complete a push the log refused or failed, as the Kafka listener answers it.
-
-    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time; a
-    record over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89
-    with 1 s, retryable for every client (87 would switch their telemetry off).
-    """
-    if isinstance(error, LogFullError):
-        _log.warning("refusing a push: %s", error.reason)
-        return manager.complete_push(
-            accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=error.throttle_time_ms
-        )
-    if isinstance(error, RecordTooLargeError):
-        return manager.complete_push(accepted, ErrorCode.TELEMETRY_TOO_LARGE)
-    _log.error("the ingest log could not take a push: %r", error)
-    return manager.complete_push(
-        accepted, ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_time_ms=1000
-    )
 
 
 def _push_context(accepted: AcceptedPush) -> PushContext:
