@@ -11,8 +11,10 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
+import ssl
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -29,7 +31,10 @@ from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http_app import create_app
 from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
+from telemetry.kafka_security import KafkaSecurity
 from telemetry.manager import TelemetryManager
+from telemetry.metastore import MetadataStore, MetadataStoreError
+from telemetry.security.tls import server_context
 from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
 
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from exporters.api import Exporter
+    from telemetry.security.settings import SecuritySettings, TlsSettings
     from telemetry.subscriptions import Subscription
 
 _log = logging.getLogger(__name__)
@@ -100,6 +106,43 @@ def rollup_retention(rollups: Path, retention_hours: int) -> PeriodicRetention:
     return PeriodicRetention("rollups", tables, retention_hours)
 
 
+def tls_context(listener: str, settings: TlsSettings | None) -> ssl.SSLContext | None:
+    """The listener's TLS context; a certificate or key that does not load stops the start."""
+    if settings is None:
+        return None
+    try:
+        return server_context(settings)
+    except (ssl.SSLError, OSError) as error:
+        raise StartupError(
+            f"{listener}.tls: cannot load {settings.certfile} / {settings.keyfile}"
+            f"{f' / {settings.cafile}' if settings.cafile else ''}: {error}"
+        ) from error
+
+
+def describe_security(settings: SecuritySettings) -> str:
+    """The startup line's ``security=`` part: what protects the listeners."""
+    if not settings.enabled:
+        return "none(every principal may read and alter)"
+    parts = []
+    if settings.sasl_enabled:
+        parts.append("sasl=" + "+".join(settings.sasl_mechanisms))
+    if settings.kafka_tls is not None:
+        parts.append("kafka_tls" + ("+client_certs" if settings.kafka_tls.cafile else ""))
+    if settings.http_tls is not None:
+        parts.append("http_tls" + ("+client_certs" if settings.http_tls.cafile else ""))
+    parts.append(f"anonymous={'allowed' if settings.allow_anonymous else 'refused'}")
+    return ",".join(parts)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
@@ -110,6 +153,8 @@ class Server:
         )
         self.enforcement = Enforcement(settings.quotas, settings.limits)
         self.log: IngestLog | None = None
+        #: The metadata store (SCRAM credentials, dynamic changes); see ``open_metadata_store``.
+        self.metastore: MetadataStore | None = None
         self.listener: KafkaListener | None = None
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
@@ -151,11 +196,19 @@ class Server:
                 settings.data_dir / ROLLUPS_DIR, settings.rollups_retention_hours
             )
             self.rollup_retention.start()
+        security = settings.security
+        kafka_security = KafkaSecurity(security, None, wall_clock_ms)
         self.listener = KafkaListener(
-            settings.kafka, self.manager, self.log, enforcement=self.enforcement
+            settings.kafka,
+            self.manager,
+            self.log,
+            enforcement=self.enforcement,
+            security=kafka_security,
+            ssl_context=tls_context("kafka", security.kafka_tls),
         )
         try:
-            kafka_address = await self.listener.start()
+            # Bound now, served once the metadata store (SCRAM credentials) is open.
+            kafka_address = await self.listener.start(serve=False)
         except OSError as error:
             raise _cannot_listen(
                 "kafka", settings.kafka.host, settings.kafka.port, error
@@ -178,25 +231,59 @@ class Server:
         # The ingestion routes decode Content-Encoding themselves, bounded.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
+        site = web.TCPSite(
+            self._runner,
+            settings.http_host,
+            settings.http_port,
+            ssl_context=tls_context("http", security.http_tls),
+        )
         try:
             await site.start()
         except OSError as error:
             raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
+        kafka_security.store = await self.open_metadata_store()
+        await self.listener.serve()
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="instance-expiry")
         self._serving = True
         _log.info(
             "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
-            "exporters=%s",
+            "exporters=%s security=%s",
             *kafka_address,
             *self.listener.advertised_address,
             *self.http_address,
             os.path.abspath(settings.data_dir),
             os.path.abspath(settings.log_dir),
             ",".join(_describe(h.settings) for h in self.hosts) or "none",
+            describe_security(security),
         )
+        if not security.enabled:
+            exposed = [
+                f"{name}={host}"
+                for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
+                if not is_loopback(host)
+            ]
+            if exposed:
+                _log.warning(
+                    "listening beyond loopback (%s) without [security]: any peer that can "
+                    "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
+                    ", ".join(exposed),
+                )
+
+    async def open_metadata_store(self) -> MetadataStore:
+        """Open ``<data_dir>/meta`` once (idempotent: every part of the server shares it)."""
+        if self.metastore is None:
+            try:
+                self.metastore = await asyncio.to_thread(MetadataStore.open, self.settings.data_dir)
+            except (OSError, MetadataStoreError) as error:
+                raise StartupError(f"metadata store {self.settings.data_dir}: {error}") from error
+        return self.metastore
+
+    async def _close_metadata_store(self) -> None:
+        store, self.metastore = self.metastore, None
+        if store is not None:
+            await asyncio.to_thread(store.close)
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight pushes, drain and close exporters, close the log.
@@ -221,6 +308,7 @@ class Server:
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
         if self.log is not None:
             steps.append(("ingest log", self.log.close))
+        steps.append(("metadata store", self._close_metadata_store))
         if self._data_dir_lock is not None:
             steps.append(("data directory lock", self._release_data_dir))
         for name, step in steps:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from telemetry.client_instance import RequestContext
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
+from telemetry.security.sasl_session import SaslSession
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 
 if TYPE_CHECKING:
@@ -52,7 +53,14 @@ _ADMISSION = 8  # the acceptor delays the connection (creation rate) or will clo
 
 
 class CloseConnectionError(Exception):
-    """The request cannot be answered; close the connection (Kafka does the same)."""
+    """The request cannot be answered; close the connection (Kafka does the same).
+
+    ``response``, if given, is sent first: Kafka answers a failed SASL step, then closes.
+    """
+
+    def __init__(self, message: str, *, response: bytes | None = None) -> None:
+        super().__init__(message)
+        self.response = response
 
 
 _NO_CLIENT_ID = ClientEntity(ANONYMOUS_USER, "")
@@ -69,13 +77,32 @@ class ConnectionState:
     software_name: str | None = None
     software_version: str | None = None
     _context: RequestContext | None = None
-    #: Who the quotas charge: every principal is User:ANONYMOUS until SASL.
+    #: Who the quotas charge: User:ANONYMOUS until SASL or a client certificate says otherwise.
     entity: ClientEntity = _NO_CLIENT_ID
+    #: The principal's name (``alice`` for ``User:alice``): the quota user entity.
+    user: str = ANONYMOUS_USER
+    #: The SASL state when the listener has SASL enabled.
+    sasl: SaslSession | None = None
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
+    @property
+    def user_is_anonymous(self) -> bool:
+        return self.user == ANONYMOUS_USER
 
     def identify(self, client_id: str) -> None:
         if client_id != self.client_id:
             self.client_id = client_id
-            self.entity = ClientEntity(ANONYMOUS_USER, client_id)
+            self.entity = ClientEntity(self.user, client_id)
+            self._context = None
+
+    def authenticate(self, user: str) -> None:
+        """The principal is now ``User:<user>``: quotas, context and landing follow it."""
+        if user != self.user:
+            self.user = user
+            self.entity = ClientEntity(user, self.client_id)
             self._context = None
 
     def software(self, name: str, version: str) -> None:
@@ -93,6 +120,7 @@ class ConnectionState:
                 client_software_name=self.software_name,
                 client_software_version=self.software_version,
                 connection_id=self.connection_id,
+                principal=self.principal,
             )
         return self._context
 
@@ -216,6 +244,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._unpause(_MEMORY)
 
     @property
+    def ssl_object(self) -> object:
+        """The TLS session (``ssl.SSLObject``) on a TLS listener, else None."""
+        if self._transport is None:
+            return None
+        ssl_object: object = self._transport.get_extra_info("ssl_object")
+        return ssl_object
+
+    @property
     def busy(self) -> bool:
         """A request in flight or a throttle being served: not idle, whatever the clock says."""
         return self._busy
@@ -279,6 +315,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 result = self._handler.handle_frame(self.state, frame)
             except (MalformedFrameError, CloseConnectionError) as error:
                 reason = "malformed" if isinstance(error, MalformedFrameError) else "refused"
+                if isinstance(error, CloseConnectionError) and error.response is not None:
+                    assert self._transport is not None
+                    self._transport.write(error.response)  # closing flushes it first
                 self.close(reason, str(error))
                 return
             if isinstance(result, tuple):

@@ -81,7 +81,10 @@ from telemetry.wire import (
 )
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable
+
+    from telemetry.kafka_security import KafkaSecurity
 
 _log = logging.getLogger(__name__)
 
@@ -162,8 +165,14 @@ class KafkaListener:
         log: PushLog,
         clock: Callable[[], int] = wall_clock_ms,
         enforcement: Enforcement | None = None,
+        *,
+        security: KafkaSecurity | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
+        #: SASL, SCRAM admin and TLS principals (docs/security.md); None serves everyone.
+        self.security = security
+        self.ssl_context = ssl_context
         self.manager = manager
         self.log = log
         self.clock = clock
@@ -204,15 +213,24 @@ class KafkaListener:
         host, port = self.bound_address
         return (self.config.advertised_host or host, self.config.advertised_port or port)
 
-    async def start(self) -> tuple[str, int]:
+    async def start(self, *, serve: bool = True) -> tuple[str, int]:
+        """Bind; with ``serve=False`` connections wait in the backlog until :meth:`serve`."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._new_connection, self.config.host, self.config.port
+            self._new_connection,
+            self.config.host,
+            self.config.port,
+            ssl=self.ssl_context,
+            start_serving=serve,
         )
         sockname = self._server.sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
         self._sweeper = asyncio.create_task(self._sweep(), name="kafka-listener-sweep")
         return self._bound
+
+    async def serve(self) -> None:
+        if self._server is not None:
+            await self._server.start_serving()
 
     async def stop_accepting(self) -> None:
         """Close the listening socket; open connections carry on until ``close``.
@@ -269,6 +287,8 @@ class KafkaListener:
 
     def connection_opened(self, connection: KafkaConnection) -> None:
         """Connection quotas at accept; while the acceptor is delayed, new ones queue behind it."""
+        if self.security is not None:
+            self.security.connection_opened(connection.state, connection.ssl_object)
         if self._backlog or self._acceptor_timer is not None:
             connection.hold()
             self._backlog.append(connection)
@@ -393,6 +413,11 @@ class KafkaListener:
         ``request_percentage`` quota (KIP-124).
         """
         started_ns = time.perf_counter_ns()
+        if self.security is not None:
+            answered = self.security.screen(state, frame)
+            if answered is not None:
+                self.stats.requests["Security"] += 1
+                return answered
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as error:
@@ -419,6 +444,8 @@ class KafkaListener:
                 state.software(request.client_software_name, request.client_software_version)
             throttle = self._finish_request(state, started_ns).time_ms
             answer = api_versions_response(throttle)
+            if self.security is not None:
+                answer = self.security.api_versions(answer)
             return encode_response(header, ApiKey.API_VERSIONS, version, answer), throttle
         if isinstance(request, MetadataRequest):
             self.stats.requests["Metadata"] += 1
