@@ -36,8 +36,15 @@ from telemetry.security import (
 )
 from telemetry.security.sasl_session import SaslSession
 from telemetry.security.tls import certificate_principal_name
-from telemetry.wire.admin_apis import AdminApiKey, decode_admin_request, encode_admin_response
+from telemetry.wire import MalformedFrameError
+from telemetry.wire.admin_apis import (
+    AdminApiKey,
+    AdminRequest,
+    decode_admin_request,
+    encode_admin_response,
+)
 from telemetry.wire.api_versions import ApiVersion, ApiVersionsResponse
+from telemetry.wire.headers import RequestHeader, read_request_header_prefix
 from telemetry.wire.primitives import Reader
 from telemetry.wire.sasl_messages import (
     SaslAuthenticateRequest,
@@ -82,6 +89,14 @@ SECURITY_API_VERSIONS: Final = (
     ApiVersion(api_key=int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS), min_version=0, max_version=0),
 )
 _SERVED: Final = frozenset(entry.api_key for entry in SECURITY_API_VERSIONS)
+_SCRAM_ADMIN_KEYS: Final = frozenset(
+    {
+        int(AdminApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS),
+        int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS),
+    }
+)
+#: librdkafka's extra tagged-fields byte, with room for one more.
+_MAX_TRAILING_ZEROS: Final = 2
 _SASL_KEYS: Final = frozenset({int(AdminApiKey.SASL_HANDSHAKE), int(AdminApiKey.SASL_AUTHENTICATE)})
 
 
@@ -242,7 +257,7 @@ class KafkaSecurity:
     def _scram_admin(
         self, state: ConnectionState, frame: bytes
     ) -> tuple[bytes, int] | PendingResponse:
-        header, request = decode_admin_request(frame)
+        header, request = _decode_scram_admin(frame)
         correlation_id, api_key, version = header.correlation_id, header.api_key, header.api_version
         if isinstance(request, DescribeUserScramCredentialsRequest):
             if not self._authorized(state):
@@ -319,6 +334,42 @@ class _PendingAppend:
             )
 
         self._appended.add_done_callback(done)
+
+
+def _decode_scram_admin(
+    frame: bytes,
+) -> tuple[RequestHeader, DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest]:
+    """``decode_admin_request``, except for trailing zero bytes after the request.
+
+    librdkafka (2.16) ends AlterUserScramCredentials with one tagged-fields byte
+    too many; Kafka's parser ignores bytes after the request, so the broker
+    accepts it. Anything else left over is still malformed.
+    """
+    reader = Reader(frame)
+    header = read_request_header_prefix(reader)
+    if header.api_key not in _SCRAM_ADMIN_KEYS or header.api_version != 0:
+        return _checked(decode_admin_request(frame))
+    reader.tagged_fields()  # both are flexible from v0: request header v2
+    if header.api_key == AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        request: DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest = (
+            AlterUserScramCredentialsRequest.read(reader, 0)
+        )
+    else:
+        request = DescribeUserScramCredentialsRequest.read(reader, 0)
+    rest = reader.remaining
+    if rest > _MAX_TRAILING_ZEROS or any(reader.raw(rest)):
+        raise MalformedFrameError(f"{rest} unexpected trailing bytes after the request")
+    return header, request
+
+
+def _checked(
+    decoded: tuple[RequestHeader, AdminRequest],
+) -> tuple[RequestHeader, DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest]:
+    header, request = decoded
+    assert isinstance(
+        request, DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest
+    )
+    return header, request
 
 
 def describe_scram_credentials(
