@@ -235,7 +235,13 @@ def test_security_settings_and_their_defaults(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False), ("10.1.2.3", False)],
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.1.2.3", False),
+    ],
 )
 def test_which_binds_count_as_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
