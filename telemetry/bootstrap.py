@@ -143,6 +143,30 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def warn_about_exposure(settings: Settings) -> None:
+    """Say at start what an unauthenticated peer can reach (docs/security.md)."""
+    security = settings.security
+    if not security.allow_anonymous and (
+        security.http_tls is None or security.http_tls.cafile is None
+    ):
+        _log.warning(
+            "allow_anonymous = false applies to the Kafka listener: the HTTP listener "
+            "still takes pushes from any peer that can connect (set http.tls.cafile)"
+        )
+    if not security.enabled:
+        exposed = [
+            f"{name}={host}"
+            for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
+            if not is_loopback(host)
+        ]
+        if exposed:
+            _log.warning(
+                "listening beyond loopback (%s) without [security]: any peer that can "
+                "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
+                ", ".join(exposed),
+            )
+
+
 class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
@@ -258,18 +282,7 @@ class Server:
             ",".join(_describe(h.settings) for h in self.hosts) or "none",
             describe_security(security),
         )
-        if not security.enabled:
-            exposed = [
-                f"{name}={host}"
-                for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
-                if not is_loopback(host)
-            ]
-            if exposed:
-                _log.warning(
-                    "listening beyond loopback (%s) without [security]: any peer that can "
-                    "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
-                    ", ".join(exposed),
-                )
+        warn_about_exposure(settings)
 
     async def open_metadata_store(self) -> MetadataStore:
         """Open ``<data_dir>/meta`` once (idempotent: every part of the server shares it)."""

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from telemetry.bootstrap import describe_security, is_loopback
-from telemetry.config import load_settings
+from telemetry.bootstrap import describe_security, is_loopback, warn_about_exposure
+from telemetry.config import Settings, load_settings
 from telemetry.errors import ConfigError
+from telemetry.kafka_listener import KafkaListenerConfig
 from telemetry.security import ScramMechanism, salted_password
+from telemetry.security.settings import SecuritySettings
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
 from telemetry.wire.admin_apis import AdminApiKey
 from telemetry.wire.sasl_messages import (
@@ -245,3 +247,24 @@ def test_security_settings_and_their_defaults(tmp_path: Path) -> None:
 )
 def test_which_binds_count_as_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_exposure_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    open_everywhere = Settings(kafka=KafkaListenerConfig(host="0.0.0.0"), http_host="10.0.0.1")
+    with caplog.at_level(logging.WARNING, logger="telemetry.bootstrap"):
+        warn_about_exposure(open_everywhere)
+        warn_about_exposure(Settings())
+    assert [r.getMessage() for r in caplog.records] == [
+        "listening beyond loopback (kafka=0.0.0.0, http=10.0.0.1) without [security]: any peer "
+        "that can connect may push telemetry and alter SCRAM credentials (docs/security.md)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="telemetry.bootstrap"):
+        warn_about_exposure(
+            Settings(
+                security=SecuritySettings(
+                    configured=True, sasl_mechanisms=("PLAIN",), allow_anonymous=False
+                )
+            )
+        )
+    assert "the HTTP listener still takes pushes" in caplog.text
