@@ -53,14 +53,7 @@ _ADMISSION = 8  # the acceptor delays the connection (creation rate) or will clo
 
 
 class CloseConnectionError(Exception):
-    """The request cannot be answered; close the connection (Kafka does the same).
-
-    ``response``, if given, is sent first: Kafka answers a failed SASL step, then closes.
-    """
-
-    def __init__(self, message: str, *, response: bytes | None = None) -> None:
-        super().__init__(message)
-        self.response = response
+    """The request cannot be answered; close the connection (Kafka does the same)."""
 
 
 _NO_CLIENT_ID = ClientEntity(ANONYMOUS_USER, "")
@@ -83,6 +76,8 @@ class ConnectionState:
     user: str = ANONYMOUS_USER
     #: The SASL state when the listener has SASL enabled.
     sasl: SaslSession | None = None
+    #: Set with a response after which the connection closes (a failed SASL step).
+    closing: str | None = None
 
     @property
     def principal(self) -> str:
@@ -315,9 +310,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 result = self._handler.handle_frame(self.state, frame)
             except (MalformedFrameError, CloseConnectionError) as error:
                 reason = "malformed" if isinstance(error, MalformedFrameError) else "refused"
-                if isinstance(error, CloseConnectionError) and error.response is not None:
-                    assert self._transport is not None
-                    self._transport.write(error.response)  # closing flushes it first
                 self.close(reason, str(error))
                 return
             if isinstance(result, tuple):
@@ -351,6 +343,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _respond(self, response: bytes, throttle_time_ms: int) -> None:
         assert self._transport is not None
         self._transport.write(response)
+        if self.state.closing is not None:
+            self.close("refused", self.state.closing)  # closing flushes the response first
+            return
         self._handler.connection_active(self)
         if throttle_time_ms > 0:
             # KIP-219: the response goes out first, then the channel is muted:

@@ -34,7 +34,9 @@ from telemetry.security import (
     ScramMechanism,
     credential_from_salted_password,
 )
-from telemetry.security.sasl_session import SaslSession
+from telemetry.security.errors import generic_failure_message
+from telemetry.security.plain import PLAIN
+from telemetry.security.sasl_session import AuthenticateAnswer, SaslSession, SaslState
 from telemetry.security.tls import certificate_principal_name
 from telemetry.wire import MalformedFrameError
 from telemetry.wire.admin_apis import (
@@ -166,7 +168,7 @@ class KafkaSecurity:
 
     # -- SASL --------------------------------------------------------------------------------
 
-    def _sasl(self, state: ConnectionState, frame: bytes) -> tuple[bytes, int]:
+    def _sasl(self, state: ConnectionState, frame: bytes) -> tuple[bytes, int] | PendingResponse:
         header, request = decode_admin_request(frame)
         version = header.api_version
         session = state.sasl
@@ -176,9 +178,7 @@ class KafkaSecurity:
             if session is None:
                 # A listener without SASL: Kafka's KafkaApis answers ILLEGAL_SASL_STATE.
                 answer = SaslHandshakeResponse(error_code=int(SaslErrorCode.ILLEGAL_SASL_STATE))
-                raise _close_after(
-                    header.correlation_id, header.api_key, version, answer, "SASL is not enabled"
-                )
+                return _close_after(state, header, answer, "SASL is not enabled")
             handshake = session.handshake(request.mechanism)
             response = SaslHandshakeResponse(
                 error_code=handshake.error_code, mechanisms=handshake.mechanisms
@@ -187,7 +187,7 @@ class KafkaSecurity:
                 reason = (
                     f"SaslHandshake refused: {request.mechanism!r} (error {handshake.error_code})"
                 )
-                raise _close_after(header.correlation_id, header.api_key, version, response, reason)
+                return _close_after(state, header, response, reason)
             return encode_admin_response(
                 header.correlation_id, header.api_key, version, response
             ), 0
@@ -197,11 +197,24 @@ class KafkaSecurity:
                 error_code=int(SaslErrorCode.ILLEGAL_SASL_STATE),
                 error_message="SASL is not enabled on this listener",
             )
-            raise _close_after(
-                header.correlation_id, header.api_key, version, answer_auth, "SASL is not enabled"
+            return _close_after(state, header, answer_auth, "SASL is not enabled")
+        now_ms = self.clock()
+        if session.state is SaslState.HANDSHAKE and session.mechanism == PLAIN:
+            # One PBKDF2 of the stored hash (100 ms at 100 000 iterations): off the loop.
+            exchange = asyncio.get_running_loop().run_in_executor(
+                None, session.authenticate, request.auth_bytes, version, now_ms
             )
-        outcome = session.authenticate(request.auth_bytes, version, self.clock())
-        response_auth = SaslAuthenticateResponse(
+            return _PendingAuthentication(
+                exchange, lambda outcome: self._answer(state, header, outcome)
+            )
+        outcome = session.authenticate(request.auth_bytes, version, now_ms)
+        return self._answer(state, header, outcome)
+
+    def _answer(
+        self, state: ConnectionState, header: RequestHeader, outcome: AuthenticateAnswer
+    ) -> tuple[bytes, int]:
+        """The SaslAuthenticate response; the principal is set, or the connection is to close."""
+        response = SaslAuthenticateResponse(
             error_code=outcome.error_code,
             error_message=outcome.error_message,
             auth_bytes=outcome.auth_bytes,
@@ -215,14 +228,8 @@ class KafkaSecurity:
                 state.address,
                 outcome.reason or outcome.error_message,
             )
-            raise _close_after(
-                header.correlation_id,
-                header.api_key,
-                version,
-                response_auth,
-                None,
-            )
-        if outcome.authenticated is not None:
+            state.closing = "SASL authentication failed"
+        elif outcome.authenticated is not None:
             if outcome.reauthenticated:
                 self.reauthentications += 1
             else:
@@ -234,10 +241,10 @@ class KafkaSecurity:
                 "re-authenticated" if outcome.reauthenticated else "authenticated",
                 outcome.authenticated,
             )
-        frame_out = encode_admin_response(
-            header.correlation_id, header.api_key, version, response_auth
+        frame = encode_admin_response(
+            header.correlation_id, header.api_key, header.api_version, response
         )
-        return frame_out, 0
+        return frame, 0
 
     def _verify_plain(self, username: str, password: str) -> bool:
         secret = self.settings.plain_users.get(username)
@@ -290,6 +297,37 @@ class KafkaSecurity:
             answer = AlterUserScramCredentialsResponse(results=results)
             return encode_admin_response(correlation_id, api_key, version, answer), 0
         return _PendingAppend(self.store, records, correlation_id, version, results)
+
+
+class _PendingAuthentication:
+    """A PLAIN check running in a thread; answered (on the loop) when it is done."""
+
+    __slots__ = ("_answer", "_exchange")
+
+    def __init__(
+        self,
+        exchange: asyncio.Future[AuthenticateAnswer],
+        answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
+    ) -> None:
+        self._exchange = exchange
+        self._answer = answer
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        def done(exchange: asyncio.Future[AuthenticateAnswer]) -> None:
+            error = None if exchange.cancelled() else exchange.exception()
+            if exchange.cancelled() or error is not None:
+                _log.error("checking a SASL/PLAIN password failed: %s", error)
+                outcome = AuthenticateAnswer(
+                    error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
+                    error_message=generic_failure_message(PLAIN),
+                    close=True,
+                    reason=f"the password check failed: {error}",
+                )
+            else:
+                outcome = exchange.result()
+            callback(self._answer(outcome))
+
+        self._exchange.add_done_callback(done)
 
 
 class _PendingAppend:
@@ -504,12 +542,13 @@ def alter_scram_credentials(
 
 
 def _close_after(
-    correlation_id: int,
-    api_key: int,
-    version: int,
+    state: ConnectionState,
+    header: RequestHeader,
     response: SaslHandshakeResponse | SaslAuthenticateResponse,
-    reason: str | None,
-) -> CloseConnectionError:
-    """Kafka answers a failed SASL step, then closes: the answer rides on the error."""
-    answer = encode_admin_response(correlation_id, api_key, version, response)
-    return CloseConnectionError(reason or "SASL authentication failed", response=answer)
+    reason: str,
+) -> tuple[bytes, int]:
+    """Kafka answers a failed SASL step, then closes the connection."""
+    state.closing = reason
+    return encode_admin_response(
+        header.correlation_id, header.api_key, header.api_version, response
+    ), 0

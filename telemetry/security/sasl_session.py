@@ -110,6 +110,11 @@ class SaslSession:
         #: When the session ends (KIP-368); None while it never does.
         self.expires_at_ms: int | None = None
 
+    @property
+    def mechanism(self) -> str | None:
+        """The mechanism the last SaslHandshake chose."""
+        return self._mechanism
+
     def admits(self, api_key: int, now_ms: int) -> str | None:
         """None if a request with ``api_key`` (not 17 or 36) may be served; else why to close."""
         if api_key == API_VERSIONS_KEY and self.state is not SaslState.FAILED:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,7 +17,8 @@ from telemetry.kafka_listener import KafkaListenerConfig
 from telemetry.security import ScramMechanism, salted_password
 from telemetry.security.settings import SecuritySettings
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
-from telemetry.wire.admin_apis import AdminApiKey
+from telemetry.wire.admin_apis import AdminApiKey, decode_admin_response, encode_admin_request
+from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -268,3 +271,51 @@ def test_exposure_warnings(caplog: pytest.LogCaptureFixture) -> None:
             )
         )
     assert "the HTTP listener still takes pushes" in caplog.text
+
+
+async def test_plain_password_checks_run_off_the_event_loop(tmp_path: Path) -> None:
+    """A PBKDF2 per PLAIN attempt (100 ms at the default iterations) must not stall every
+    other client: the check runs in a thread, and pushes are served meanwhile."""
+    loop_thread = threading.get_ident()
+    checked_on: list[int] = []
+    release = threading.Event()
+
+    class SlowHash:
+        def matches(self, password: str) -> bool:
+            checked_on.append(threading.get_ident())
+            assert release.wait(30)
+            return password == "bob-pw"
+
+    async with running(tmp_path, SECURED.format(reauth_ms=0)) as server:
+        assert server.listener is not None and server.listener.security is not None
+        security = server.listener.security
+        security.settings = dataclasses.replace(
+            security.settings,
+            plain_users={**security.settings.plain_users, "slow": SlowHash()},  # type: ignore[dict-item]
+        )
+        slow = await WireClient.connect(*server.listener.bound_address, "t")
+        try:
+            await sasl_frame(
+                slow, AdminApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN")
+            )
+            header = RequestHeader(
+                api_key=AdminApiKey.SASL_AUTHENTICATE, api_version=1, correlation_id=99,
+                client_id="t",
+            )  # fmt: skip
+            await slow.write(
+                encode_admin_request(header, SaslAuthenticateRequest(auth_bytes=b"\0slow\0bob-pw"))
+            )
+            # While the check waits in its thread, another client logs in and is served.
+            other, _ = await login(server, "bob", "bob-pw")
+            assert isinstance(await other.metadata(), MetadataResponse)
+            await other.close()
+            release.set()
+            _, answer = decode_admin_response(
+                await slow.read_frame(), AdminApiKey.SASL_AUTHENTICATE, 1
+            )
+            assert isinstance(answer, SaslAuthenticateResponse)
+            assert answer.error_code == 0
+        finally:
+            release.set()
+            await slow.close()
+        assert checked_on and loop_thread not in checked_on
