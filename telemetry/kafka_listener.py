@@ -60,6 +60,7 @@ from telemetry.kafka_connection import (
     KafkaConnection,
     PendingResponse,
 )
+from telemetry.kafka_security import KafkaSecurity, security_api_name
 from telemetry.manager import AcceptedPush, DeferredPush, TelemetryManager
 from telemetry.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.wire import (
@@ -83,8 +84,6 @@ from telemetry.wire import (
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable
-
-    from telemetry.kafka_security import KafkaSecurity
 
 _log = logging.getLogger(__name__)
 
@@ -416,7 +415,7 @@ class KafkaListener:
         if self.security is not None:
             answered = self.security.screen(state, frame)
             if answered is not None:
-                self.stats.requests["Security"] += 1
+                self.stats.requests[security_api_name(frame)] += 1
                 return answered
         try:
             header, request = decode_request(frame)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import struct
 from typing import TYPE_CHECKING, Final
 
 from telemetry.errors import ErrorCode
@@ -102,6 +103,20 @@ _MAX_TRAILING_ZEROS: Final = 2
 _SASL_KEYS: Final = frozenset({int(AdminApiKey.SASL_HANDSHAKE), int(AdminApiKey.SASL_AUTHENTICATE)})
 
 
+_API_NAMES: Final = {
+    int(AdminApiKey.SASL_HANDSHAKE): "SaslHandshake",
+    int(AdminApiKey.SASL_AUTHENTICATE): "SaslAuthenticate",
+    int(AdminApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS): "DescribeUserScramCredentials",
+    int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS): "AlterUserScramCredentials",
+}
+_API_KEY: Final = struct.Struct(">h")
+
+
+def security_api_name(frame: bytes) -> str:
+    """The name a request answered by :meth:`KafkaSecurity.screen` is counted under."""
+    return _API_NAMES.get(_API_KEY.unpack_from(frame)[0], "Unknown")
+
+
 class KafkaSecurity:
     """SASL sessions, SCRAM admin and TLS principals for one Kafka listener."""
 
@@ -150,7 +165,7 @@ class KafkaSecurity:
                 does not admit it) or the exchange failed (its answer attached).
             telemetry.wire.MalformedFrameError: a security request that does not decode.
         """
-        api_key = Reader(frame).int16() if len(frame) >= 2 else -1
+        api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= _API_KEY.size else -1
         session = state.sasl
         if api_key in _SASL_KEYS:
             return self._sasl(state, frame)

@@ -37,7 +37,7 @@ from telemetry.wire.sasl_messages import (
 )
 from tests.telemetry.kafka_wire_client import WireClient
 from tests.telemetry.security.tls_support import make_certificates
-from tests.telemetry.server_support import running
+from tests.telemetry.server_support import get, running
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -249,6 +249,10 @@ async def test_a_wrong_password_is_error_58_then_close(tmp_path: Path) -> None:
             assert await client.closed_by_server()
         finally:
             await client.close()
+        status, metrics = await get(server, "/metrics")
+        assert status == 200
+        assert 'kip714_kafka_sasl_authentications_total{result="failed"} 1.0' in metrics
+        assert 'kip714_kafka_requests_total{api="SaslAuthenticate"} 1.0' in metrics
 
 
 async def test_an_unauthenticated_request_closes_the_connection(tmp_path: Path) -> None:
