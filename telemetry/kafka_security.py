@@ -81,10 +81,9 @@ RESOURCE_NOT_FOUND: Final = 91
 DUPLICATE_RESOURCE: Final = 92
 UNACCEPTABLE_CREDENTIAL: Final = 93
 
-#: What ApiVersions adds for these keys. SaslHandshake v0 (raw SASL tokens
-#: after it, without Kafka framing) is not served: every current client sends v1.
+#: What ApiVersions adds for these keys.
 SECURITY_API_VERSIONS: Final = (
-    ApiVersion(api_key=int(AdminApiKey.SASL_HANDSHAKE), min_version=1, max_version=1),
+    ApiVersion(api_key=int(AdminApiKey.SASL_HANDSHAKE), min_version=0, max_version=1),
     ApiVersion(api_key=int(AdminApiKey.SASL_AUTHENTICATE), min_version=0, max_version=2),
     ApiVersion(
         api_key=int(AdminApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS), min_version=0, max_version=0
@@ -110,6 +109,7 @@ _API_NAMES: Final = {
     int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS): "AlterUserScramCredentials",
 }
 _API_KEY: Final = struct.Struct(">h")
+_SIZE: Final = struct.Struct(">i")
 
 
 def security_api_name(frame: bytes) -> str:
@@ -165,8 +165,10 @@ class KafkaSecurity:
                 does not admit it) or the exchange failed (its answer attached).
             telemetry.wire.MalformedFrameError: a security request that does not decode.
         """
-        api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= _API_KEY.size else -1
         session = state.sasl
+        if session is not None and session.raw_tokens:
+            return self._raw_token(state, session, frame)
+        api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= _API_KEY.size else -1
         if api_key in _SASL_KEYS:
             return self._sasl(state, frame)
         if session is not None:
@@ -188,13 +190,12 @@ class KafkaSecurity:
         version = header.api_version
         session = state.sasl
         if isinstance(request, SaslHandshakeRequest):
-            if version < 1:
-                raise CloseConnectionError("SaslHandshake v0 (unframed SASL tokens) is not served")
             if session is None:
                 # A listener without SASL: Kafka's KafkaApis answers ILLEGAL_SASL_STATE.
                 answer = SaslHandshakeResponse(error_code=int(SaslErrorCode.ILLEGAL_SASL_STATE))
                 return _close_after(state, header, answer, "SASL is not enabled")
-            handshake = session.handshake(request.mechanism)
+            # v0: the tokens that follow are raw, size-prefixed, with no Kafka header.
+            handshake = session.handshake(request.mechanism, raw_tokens=version == 0)
             response = SaslHandshakeResponse(
                 error_code=handshake.error_code, mechanisms=handshake.mechanisms
             )
@@ -213,17 +214,69 @@ class KafkaSecurity:
                 error_message="SASL is not enabled on this listener",
             )
             return _close_after(state, header, answer_auth, "SASL is not enabled")
+        return self._exchange(
+            session,
+            request.auth_bytes,
+            version,
+            lambda outcome: self._answer(state, header, outcome),
+        )
+
+    def _raw_token(
+        self, state: ConnectionState, session: SaslSession, token: bytes
+    ) -> tuple[bytes, int] | PendingResponse:
+        """A SASL token after SaslHandshake v0: Kafka's legacy framing, a size prefix and the
+        token each way. A failure just closes the connection: the framing has no error field.
+        """
+        return self._exchange(session, token, 0, lambda outcome: self._raw_answer(state, outcome))
+
+    def _raw_answer(self, state: ConnectionState, outcome: AuthenticateAnswer) -> tuple[bytes, int]:
+        if outcome.close:
+            self._failed(state, outcome)
+            return b"", 0
+        self._authenticated(state, outcome)
+        return _SIZE.pack(len(outcome.auth_bytes)) + outcome.auth_bytes, 0
+
+    def _exchange(
+        self,
+        session: SaslSession,
+        token: bytes,
+        version: int,
+        answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
+    ) -> tuple[bytes, int] | PendingResponse:
+        """Run one token through the session; a PLAIN check (one PBKDF2: 100 ms at 100 000
+        iterations) runs in a thread, so login attempts cannot stall the event loop."""
         now_ms = self.clock()
         if session.state is SaslState.HANDSHAKE and session.mechanism == PLAIN:
-            # One PBKDF2 of the stored hash (100 ms at 100 000 iterations): off the loop.
             exchange = asyncio.get_running_loop().run_in_executor(
-                None, session.authenticate, request.auth_bytes, version, now_ms
+                None, session.authenticate, token, version, now_ms
             )
-            return _PendingAuthentication(
-                exchange, lambda outcome: self._answer(state, header, outcome)
-            )
-        outcome = session.authenticate(request.auth_bytes, version, now_ms)
-        return self._answer(state, header, outcome)
+            return _PendingAuthentication(exchange, answer)
+        return answer(session.authenticate(token, version, now_ms))
+
+    def _failed(self, state: ConnectionState, outcome: AuthenticateAnswer) -> None:
+        self.failures += 1
+        _log.info(
+            "SASL authentication failed on %s from %s: %s",
+            state.connection_id,
+            state.address,
+            outcome.reason or outcome.error_message,
+        )
+        state.closing = "SASL authentication failed"
+
+    def _authenticated(self, state: ConnectionState, outcome: AuthenticateAnswer) -> None:
+        if outcome.authenticated is None:
+            return
+        if outcome.reauthenticated:
+            self.reauthentications += 1
+        else:
+            self.authentications += 1
+        state.authenticate(outcome.authenticated)
+        _log.debug(
+            "%s %s as User:%s",
+            state.connection_id,
+            "re-authenticated" if outcome.reauthenticated else "authenticated",
+            outcome.authenticated,
+        )
 
     def _answer(
         self, state: ConnectionState, header: RequestHeader, outcome: AuthenticateAnswer
@@ -236,26 +289,9 @@ class KafkaSecurity:
             session_lifetime_ms=outcome.session_lifetime_ms,
         )
         if outcome.close:
-            self.failures += 1
-            _log.info(
-                "SASL authentication failed on %s from %s: %s",
-                state.connection_id,
-                state.address,
-                outcome.reason or outcome.error_message,
-            )
-            state.closing = "SASL authentication failed"
-        elif outcome.authenticated is not None:
-            if outcome.reauthenticated:
-                self.reauthentications += 1
-            else:
-                self.authentications += 1
-            state.authenticate(outcome.authenticated)
-            _log.debug(
-                "%s %s as User:%s",
-                state.connection_id,
-                "re-authenticated" if outcome.reauthenticated else "authenticated",
-                outcome.authenticated,
-            )
+            self._failed(state, outcome)
+        else:
+            self._authenticated(state, outcome)
         frame = encode_admin_response(
             header.correlation_id, header.api_key, header.api_version, response
         )

@@ -85,6 +85,7 @@ class SaslSession:
         "_scram",
         "expires_at_ms",
         "principal_name",
+        "raw_tokens",
         "state",
     )
 
@@ -109,6 +110,8 @@ class SaslSession:
         self.principal_name: str | None = None
         #: When the session ends (KIP-368); None while it never does.
         self.expires_at_ms: int | None = None
+        #: After SaslHandshake v0 the tokens come raw (no SaslAuthenticate) until done.
+        self.raw_tokens = False
 
     @property
     def mechanism(self) -> str | None:
@@ -129,8 +132,12 @@ class SaslSession:
             return f"Unexpected Kafka request of type {api_key} during SASL re-authentication."
         return f"Unexpected Kafka request of type {api_key} during SASL handshake."
 
-    def handshake(self, mechanism: str) -> HandshakeAnswer:
-        """SaslHandshake: choose a mechanism (again, for KIP-368 re-authentication)."""
+    def handshake(self, mechanism: str, *, raw_tokens: bool = False) -> HandshakeAnswer:
+        """SaslHandshake: choose a mechanism (again, for KIP-368 re-authentication).
+
+        ``raw_tokens`` (SaslHandshake v0): the exchange's tokens come without
+        Kafka framing; such a client never re-authenticates.
+        """
         enabled = self._mechanisms
         if self.state not in (SaslState.INITIAL, SaslState.AUTHENTICATED):
             self.state = SaslState.FAILED
@@ -141,8 +148,12 @@ class SaslSession:
             return HandshakeAnswer(
                 int(SaslErrorCode.UNSUPPORTED_SASL_MECHANISM), enabled, close=True
             )
+        if raw_tokens and reauthenticating:
+            self.state = SaslState.FAILED
+            return HandshakeAnswer(int(SaslErrorCode.ILLEGAL_SASL_STATE), enabled, close=True)
         self._mechanism = mechanism
         self._exchange = None
+        self.raw_tokens = raw_tokens
         self.state = SaslState.HANDSHAKE
         return HandshakeAnswer(0, enabled, close=False)
 
@@ -183,6 +194,7 @@ class SaslSession:
                 reason=message,
             )
         self.state = SaslState.AUTHENTICATED
+        self.raw_tokens = False
         self.principal_name = name
         lifetime = self._max_reauth_ms
         self.expires_at_ms = now_ms + lifetime if lifetime > 0 else None

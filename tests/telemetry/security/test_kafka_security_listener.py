@@ -9,12 +9,14 @@ import threading
 from typing import TYPE_CHECKING
 
 import pytest
+from scramp import ScramClient
 
 from telemetry.bootstrap import describe_security, is_loopback, warn_about_exposure
 from telemetry.config import Settings, load_settings
 from telemetry.errors import ConfigError
 from telemetry.kafka_listener import KafkaListenerConfig
-from telemetry.security import ScramMechanism, salted_password
+from telemetry.metastore import UserScramCredentialRecord
+from telemetry.security import ScramMechanism, derive_credential, salted_password
 from telemetry.security.settings import SecuritySettings
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
 from telemetry.wire.admin_apis import AdminApiKey, decode_admin_response, encode_admin_request
@@ -32,7 +34,7 @@ from telemetry.wire.scram_messages import (
     ScramCredentialDeletion,
     ScramCredentialUpsertion,
 )
-from tests.telemetry.kafka_wire_client import WireClient
+from tests.telemetry.kafka_wire_client import WireClient, sized
 from tests.telemetry.security.test_kafka_security_clients import sasl_frame
 from tests.telemetry.server_support import running
 
@@ -319,3 +321,55 @@ async def test_plain_password_checks_run_off_the_event_loop(tmp_path: Path) -> N
             release.set()
             await slow.close()
         assert checked_on and loop_thread not in checked_on
+
+
+async def test_saslhandshake_v0_exchanges_raw_tokens(tmp_path: Path) -> None:
+    """Kafka's legacy framing (before KIP-152): size-prefixed SASL tokens, no header."""
+    async with running(tmp_path, SECURED.format(reauth_ms=0)) as server:
+        assert server.listener is not None and server.metastore is not None
+        credential = derive_credential(ScramMechanism.SCRAM_SHA_256, "carol-pw")
+        await asyncio.to_thread(
+            server.metastore.append,
+            [
+                UserScramCredentialRecord(
+                    name="carol", mechanism=1, salt=credential.salt,
+                    stored_key=credential.stored_key, server_key=credential.server_key,
+                    iterations=credential.iterations,
+                )
+            ],
+        )  # fmt: skip
+        client = await WireClient.connect(*server.listener.bound_address, "t")
+        try:
+            versions = await client.api_versions()
+            handshake_range = next(e for e in versions.api_keys if e.api_key == 17)
+            assert (handshake_range.min_version, handshake_range.max_version) == (0, 1)
+            await sasl_frame(
+                client,
+                AdminApiKey.SASL_HANDSHAKE,
+                0,
+                SaslHandshakeRequest(mechanism="SCRAM-SHA-256"),
+            )
+            scram = ScramClient(["SCRAM-SHA-256"], "carol", "carol-pw")
+            await client.write(sized(scram.get_client_first().encode()))
+            scram.set_server_first((await client.read_frame()).decode())
+            await client.write(sized(scram.get_client_final().encode()))
+            scram.set_server_final((await client.read_frame()).decode())
+            # Authenticated: requests are served, under the SCRAM user.
+            assert isinstance(await client.metadata(), MetadataResponse)
+        finally:
+            await client.close()
+        # A wrong PLAIN password in raw framing: no answer, the connection closes.
+        client = await WireClient.connect(*server.listener.bound_address, "t")
+        try:
+            await sasl_frame(
+                client, AdminApiKey.SASL_HANDSHAKE, 0, SaslHandshakeRequest(mechanism="PLAIN")
+            )
+            await client.write(sized(b"\0bob\0wrong"))
+            assert await client.closed_by_server()
+        finally:
+            await client.close()
+        assert server.listener.security is not None
+        assert (server.listener.security.authentications, server.listener.security.failures) == (
+            1,
+            1,
+        )
