@@ -150,3 +150,13 @@ def test_password_hashes_round_trip_and_refuse_garbage() -> None:
         parse_password("pbkdf2_sha256$1000$abc")
     # Plain text is hashed at load: only the hash is kept.
     assert parse_password("plain").matches("plain")
+
+
+def test_raw_tokens_after_handshake_v0_and_no_reauthentication_that_way() -> None:
+    s = session()
+    assert s.handshake("PLAIN", raw_tokens=True).error_code == 0
+    assert s.raw_tokens
+    assert s.authenticate(b"\0bob\0bob-pw", 0, 0).authenticated == "bob"
+    assert not s.raw_tokens  # back to Kafka requests once authenticated
+    answer = s.handshake("PLAIN", raw_tokens=True)
+    assert (answer.error_code, answer.close) == (34, True)
