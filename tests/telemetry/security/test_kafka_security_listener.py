@@ -15,7 +15,11 @@ from telemetry.bootstrap import describe_security, is_loopback, warn_about_expos
 from telemetry.config import Settings, load_settings
 from telemetry.errors import ConfigError
 from telemetry.kafka_listener import KafkaListenerConfig
-from telemetry.metastore import UserScramCredentialRecord
+from telemetry.metastore import (
+    MetadataStoreClosedError,
+    RemoveUserScramCredentialRecord,
+    UserScramCredentialRecord,
+)
 from telemetry.security import ScramMechanism, derive_credential, salted_password
 from telemetry.security.settings import SecuritySettings
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
@@ -373,3 +377,46 @@ async def test_saslhandshake_v0_exchanges_raw_tokens(tmp_path: Path) -> None:
             1,
             1,
         )
+
+
+async def test_a_password_check_that_raises_is_58_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class BrokenHash:
+        def matches(self, password: str) -> bool:
+            raise MemoryError("no memory for PBKDF2")
+
+    async with running(tmp_path, SECURED.format(reauth_ms=0)) as server:
+        assert server.listener is not None and server.listener.security is not None
+        security = server.listener.security
+        security.settings = dataclasses.replace(
+            security.settings,
+            plain_users={"broken": BrokenHash()},  # type: ignore[dict-item]
+        )
+        client = await WireClient.connect(*server.listener.bound_address, "t")
+        try:
+            await sasl_frame(
+                client, AdminApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN")
+            )
+            with caplog.at_level(logging.ERROR, logger="telemetry.kafka_security"):
+                _, answer = await sasl_frame(
+                    client,
+                    AdminApiKey.SASL_AUTHENTICATE,
+                    1,
+                    SaslAuthenticateRequest(auth_bytes=b"\0broken\0pw"),
+                )
+            assert isinstance(answer, SaslAuthenticateResponse)
+            assert answer.error_code == 58
+            assert "no memory for PBKDF2" in caplog.text
+            assert await client.closed_by_server()
+        finally:
+            await client.close()
+
+
+async def test_stop_closes_the_metadata_store(tmp_path: Path) -> None:
+    async with running(tmp_path, "") as server:
+        store = server.metastore
+        assert store is not None
+    assert server.metastore is None
+    with pytest.raises(MetadataStoreClosedError):
+        store.append([RemoveUserScramCredentialRecord(name="x", mechanism=1)])
