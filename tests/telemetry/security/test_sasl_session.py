@@ -155,8 +155,9 @@ def test_password_hashes_round_trip_and_refuse_garbage() -> None:
 def test_raw_tokens_after_handshake_v0_and_no_reauthentication_that_way() -> None:
     s = session()
     assert s.handshake("PLAIN", raw_tokens=True).error_code == 0
-    assert s.raw_tokens
+    raw_before = s.raw_tokens
     assert s.authenticate(b"\0bob\0bob-pw", 0, 0).authenticated == "bob"
-    assert not s.raw_tokens  # back to Kafka requests once authenticated
+    # Back to Kafka requests once authenticated.
+    assert (raw_before, s.raw_tokens) == (True, False)
     answer = s.handshake("PLAIN", raw_tokens=True)
     assert (answer.error_code, answer.close) == (34, True)
