@@ -11,8 +11,10 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
+import ssl
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -34,8 +36,10 @@ from telemetry.http_app import create_app
 from telemetry.http_forward import ForwardHandler
 from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
+from telemetry.kafka_security import KafkaSecurity
 from telemetry.manager import TelemetryManager
 from telemetry.metastore import MetadataStore, MetadataStoreError
+from telemetry.security.tls import server_context
 from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
 
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from exporters.api import Exporter
+    from telemetry.security.settings import SecuritySettings, TlsSettings
     from telemetry.subscriptions import Subscription
 
 _log = logging.getLogger(__name__)
@@ -106,6 +111,67 @@ def rollup_retention(rollups: Path, retention_hours: int) -> PeriodicRetention:
     return PeriodicRetention("rollups", tables, retention_hours)
 
 
+def tls_context(listener: str, settings: TlsSettings | None) -> ssl.SSLContext | None:
+    """The listener's TLS context; a certificate or key that does not load stops the start."""
+    if settings is None:
+        return None
+    try:
+        return server_context(settings)
+    except (ssl.SSLError, OSError) as error:
+        raise StartupError(
+            f"{listener}.tls: cannot load {settings.certfile} / {settings.keyfile}"
+            f"{f' / {settings.cafile}' if settings.cafile else ''}: {error}"
+        ) from error
+
+
+def describe_security(settings: SecuritySettings) -> str:
+    """The startup line's ``security=`` part: what protects the listeners."""
+    if not settings.enabled:
+        return "none(every principal may read and alter)"
+    parts = []
+    if settings.sasl_enabled:
+        parts.append("sasl=" + "+".join(settings.sasl_mechanisms))
+    if settings.kafka_tls is not None:
+        parts.append("kafka_tls" + ("+client_certs" if settings.kafka_tls.cafile else ""))
+    if settings.http_tls is not None:
+        parts.append("http_tls" + ("+client_certs" if settings.http_tls.cafile else ""))
+    parts.append(f"anonymous={'allowed' if settings.allow_anonymous else 'refused'}")
+    return ",".join(parts)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_about_exposure(settings: Settings) -> None:
+    """Say at start what an unauthenticated peer can reach (docs/security.md)."""
+    security = settings.security
+    if not security.allow_anonymous and (
+        security.http_tls is None or security.http_tls.cafile is None
+    ):
+        _log.warning(
+            "allow_anonymous = false applies to the Kafka listener: the HTTP listener "
+            "still takes pushes from any peer that can connect (set http.tls.cafile)"
+        )
+    if not security.enabled:
+        exposed = [
+            f"{name}={host}"
+            for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
+            if not is_loopback(host)
+        ]
+        if exposed:
+            _log.warning(
+                "listening beyond loopback (%s) without [security]: any peer that can "
+                "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
+                ", ".join(exposed),
+            )
+
+
 class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
@@ -161,6 +227,9 @@ class Server:
             )
             self.rollup_retention.start()
         assert self.admin is not None
+        security = settings.security
+        # One metadata store for the server: the admin plane opened it above.
+        kafka_security = KafkaSecurity(security, self.admin.store, wall_clock_ms)
         self.listener = KafkaListener(
             settings.kafka,
             self.manager,
@@ -172,13 +241,41 @@ class Server:
                 self.enforcement,
                 wall_clock_ms,
             ),
+            security=kafka_security,
+            ssl_context=tls_context("kafka", security.kafka_tls),
         )
         try:
-            kafka_address = await self.listener.start()
+            # Bound now, served once the metadata store (SCRAM credentials) is open.
+            kafka_address = await self.listener.start(serve=False)
         except OSError as error:
             raise _cannot_listen(
                 "kafka", settings.kafka.host, settings.kafka.port, error
             ) from error
+        await self._start_http()
+        assert self.http_address is not None
+        await self.listener.serve()
+        self._sweeper = asyncio.create_task(self._sweep_expired(), name="instance-expiry")
+        self._serving = True
+        _log.info(
+            "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
+            "exporters=%s security=%s",
+            *kafka_address,
+            *self.listener.advertised_address,
+            *self.http_address,
+            os.path.abspath(settings.data_dir),
+            os.path.abspath(settings.log_dir),
+            ",".join(_describe(h.settings) for h in self.hosts) or "none",
+            describe_security(security),
+        )
+        warn_about_exposure(settings)
+
+    async def _start_http(self) -> None:
+        """The HTTP listener: health, metrics, the ingestion, forward and admin routes."""
+        settings = self.settings
+        security = settings.security
+        assert self.listener is not None
+        assert self.log is not None
+        assert self.admin is not None
         collector = ServerCollector(
             self.manager,
             self.listener,
@@ -206,25 +303,23 @@ class Server:
         # The ingestion routes decode Content-Encoding themselves, bounded.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.http_host, settings.http_port)
+        site = web.TCPSite(
+            self._runner,
+            settings.http_host,
+            settings.http_port,
+            ssl_context=tls_context("http", security.http_tls),
+        )
         try:
             await site.start()
         except OSError as error:
             raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
-        self._sweeper = asyncio.create_task(self._sweep_expired(), name="instance-expiry")
-        self._serving = True
-        _log.info(
-            "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
-            "exporters=%s",
-            *kafka_address,
-            *self.listener.advertised_address,
-            *self.http_address,
-            os.path.abspath(settings.data_dir),
-            os.path.abspath(settings.log_dir),
-            ",".join(_describe(h.settings) for h in self.hosts) or "none",
-        )
+
+    @property
+    def metastore(self) -> MetadataStore | None:
+        """The metadata store (dynamic changes, SCRAM credentials) while the server runs."""
+        return self.admin.store if self.admin is not None else None
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight pushes, drain and close exporters, close the log.
@@ -292,8 +387,9 @@ class Server:
             raise StartupError(f"metadata store {store.directory}: {error}") from error
 
     async def _close_admin_plane(self) -> None:
-        if self.admin is not None:
-            await asyncio.to_thread(self.admin.store.close)
+        admin, self.admin = self.admin, None
+        if admin is not None:
+            await asyncio.to_thread(admin.store.close)
 
     async def _release_data_dir(self) -> None:
         lock, self._data_dir_lock = self._data_dir_lock, None

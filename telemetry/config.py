@@ -19,6 +19,7 @@ import ipaddress
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from telemetry.admin.settings import AdminSettings, parse_admin
@@ -27,6 +28,12 @@ from telemetry.errors import ConfigError, TelemetryError
 from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
+from telemetry.security.settings import (
+    SASL_MECHANISMS,
+    SecuritySettings,
+    TlsSettings,
+    parse_password,
+)
 from telemetry.subscriptions import Subscription, validate_subscription
 from telemetry.telemetry_config import TelemetryConfig
 
@@ -86,6 +93,13 @@ class Settings:
     rollups_retention_hours: int | None = None
     #: ``[forward]``: ``POST /v1/telemetry/forward`` for the Kafka broker plugin.
     forward: ForwardSettings = field(default_factory=ForwardSettings)
+    #: ``[security]``, ``[kafka.tls]``, ``[http.tls]`` (docs/security.md).
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+
+    @property
+    def super_users(self) -> tuple[str, ...]:
+        """``[security] super_users``: principals (``User:name``) allowed every admin operation."""
+        return self.security.super_users
 
     @property
     def log_dir(self) -> Path:
@@ -185,10 +199,13 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         else default_subscriptions()
     )
     exporters = _exporters_in(document, data_dir)
+    http_section = _section("http", document, {"listen", "tls"})
     http_host, http_port = parse_host_port(
-        "http.listen", _section("http", document, {"listen"}).get("listen", DEFAULT_HTTP_LISTEN)
+        "http.listen", http_section.get("listen", DEFAULT_HTTP_LISTEN)
     )
-    kafka = _kafka(_section("kafka", document, {"listen", "advertised", "max_frame_bytes"}))
+    kafka_section = _section("kafka", document, {"listen", "advertised", "max_frame_bytes", "tls"})
+    kafka = _kafka(kafka_section)
+    security = _security(document, kafka_section, http_section)
     limits = parse_limits(_table("limits", document.get("limits", {})))
     if limits.queued_max_request_bytes < kafka.max_frame_bytes + 4:
         # A frame the pool cannot hold whole could never be read.
@@ -234,6 +251,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             _table("admin", document["admin"]) if "admin" in document else None,
             _table("security", document["security"]) if "security" in document else None,
         ),
+        security=security,
     )
 
 
@@ -313,6 +331,93 @@ def _kafka(section: Mapping[str, Any]) -> KafkaListenerConfig:
         advertised_port=advertised_port,
         max_frame_bytes=max_frame,
     )
+
+
+_SECURITY_KEYS = {
+    "sasl_mechanisms",
+    "plain_users",
+    "allow_anonymous",
+    "connections_max_reauth_ms",
+    "super_users",
+}
+
+
+def _security(
+    document: Mapping[str, Any], kafka: Mapping[str, Any], http: Mapping[str, Any]
+) -> SecuritySettings:
+    """``[security]`` plus ``[kafka.tls]`` / ``[http.tls]``; docs/security.md has the defaults."""
+    kafka_tls = _tls("kafka.tls", kafka["tls"]) if "tls" in kafka else None
+    http_tls = _tls("http.tls", http["tls"]) if "tls" in http else None
+    if "security" not in document:
+        return SecuritySettings(kafka_tls=kafka_tls, http_tls=http_tls)
+    section = _section("security", document, _SECURITY_KEYS)
+    mechanisms = _string_list(
+        "security.sasl_mechanisms", section.get("sasl_mechanisms", list(SASL_MECHANISMS))
+    )
+    for mechanism in mechanisms:
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                "security.sasl_mechanisms",
+                mechanisms,
+                f"unknown mechanism {mechanism!r} (known: {', '.join(SASL_MECHANISMS)})",
+            )
+    plain_users = {}
+    for name, secret in _table("security.plain_users", section.get("plain_users", {})).items():
+        key = f"security.plain_users.{name}"
+        try:
+            plain_users[name] = parse_password(_string(key, secret))
+        except ValueError as error:
+            raise ConfigError(key, "<hidden>", str(error)) from None
+    allow_anonymous = section.get("allow_anonymous", not mechanisms)
+    if not isinstance(allow_anonymous, bool):
+        raise ConfigError("security.allow_anonymous", allow_anonymous, "expected true or false")
+    client_certificates = kafka_tls is not None and kafka_tls.cafile is not None
+    if not allow_anonymous and not mechanisms and not client_certificates:
+        raise ConfigError(
+            "security.allow_anonymous",
+            False,
+            "nothing to authenticate with: enable sasl_mechanisms or kafka.tls.cafile",
+        )
+    super_users = _string_list("security.super_users", section.get("super_users", []))
+    for principal in super_users:
+        if not principal.startswith("User:") or principal == "User:":
+            raise ConfigError("security.super_users", super_users, "expected User:<name> entries")
+    return SecuritySettings(
+        configured=True,
+        sasl_mechanisms=tuple(dict.fromkeys(mechanisms)),
+        plain_users=MappingProxyType(plain_users),
+        allow_anonymous=allow_anonymous,
+        connections_max_reauth_ms=_int(
+            "security.connections_max_reauth_ms", section.get("connections_max_reauth_ms", 0), 0
+        ),
+        super_users=tuple(super_users),
+        kafka_tls=kafka_tls,
+        http_tls=http_tls,
+    )
+
+
+def _tls(key: str, value: object) -> TlsSettings:
+    table = _table(key, value)
+    _refuse_unknown(key + ".", table, {"certfile", "keyfile", "cafile"})
+    paths: dict[str, Path] = {}
+    for name in ("certfile", "keyfile", "cafile"):
+        if name in table:
+            path = Path(_string(f"{key}.{name}", table[name]))
+            if not path.is_file():
+                raise ConfigError(f"{key}.{name}", str(path), "no such file")
+            paths[name] = path
+    for name in ("certfile", "keyfile"):
+        if name not in paths:
+            raise ConfigError(f"{key}.{name}", None, "TLS needs a certificate and its key")
+    return TlsSettings(
+        certfile=paths["certfile"], keyfile=paths["keyfile"], cafile=paths.get("cafile")
+    )
+
+
+def _string_list(key: str, value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(key, value, "expected a list of non-empty strings")
+    return list(value)
 
 
 def _telemetry(section: Mapping[str, Any]) -> TelemetryConfig:

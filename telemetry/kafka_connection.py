@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from telemetry.client_instance import RequestContext
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
+from telemetry.security.sasl_session import SaslSession
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 
 if TYPE_CHECKING:
@@ -69,13 +70,34 @@ class ConnectionState:
     software_name: str | None = None
     software_version: str | None = None
     _context: RequestContext | None = None
-    #: Who the quotas charge: every principal is User:ANONYMOUS until SASL.
+    #: Who the quotas charge: User:ANONYMOUS until SASL or a client certificate says otherwise.
     entity: ClientEntity = _NO_CLIENT_ID
+    #: The principal's name (``alice`` for ``User:alice``): the quota user entity.
+    user: str = ANONYMOUS_USER
+    #: The SASL state when the listener has SASL enabled.
+    sasl: SaslSession | None = None
+    #: Set with a response after which the connection closes (a failed SASL step).
+    closing: str | None = None
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
+    @property
+    def user_is_anonymous(self) -> bool:
+        return self.user == ANONYMOUS_USER
 
     def identify(self, client_id: str) -> None:
         if client_id != self.client_id:
             self.client_id = client_id
-            self.entity = ClientEntity(ANONYMOUS_USER, client_id)
+            self.entity = ClientEntity(self.user, client_id)
+            self._context = None
+
+    def authenticate(self, user: str) -> None:
+        """The principal is now ``User:<user>``: quotas, context and landing follow it."""
+        if user != self.user:
+            self.user = user
+            self.entity = ClientEntity(user, self.client_id)
             self._context = None
 
     def software(self, name: str, version: str) -> None:
@@ -93,6 +115,7 @@ class ConnectionState:
                 client_software_name=self.software_name,
                 client_software_version=self.software_version,
                 connection_id=self.connection_id,
+                principal=self.principal,
             )
         return self._context
 
@@ -216,6 +239,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._unpause(_MEMORY)
 
     @property
+    def ssl_object(self) -> object:
+        """The TLS session (``ssl.SSLObject``) on a TLS listener, else None."""
+        if self._transport is None:
+            return None
+        ssl_object: object = self._transport.get_extra_info("ssl_object")
+        return ssl_object
+
+    @property
     def busy(self) -> bool:
         """A request in flight or a throttle being served: not idle, whatever the clock says."""
         return self._busy
@@ -312,6 +343,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _respond(self, response: bytes, throttle_time_ms: int) -> None:
         assert self._transport is not None
         self._transport.write(response)
+        if self.state.closing is not None:
+            self.close("refused", self.state.closing)  # closing flushes the response first
+            return
         self._handler.connection_active(self)
         if throttle_time_ms > 0:
             # KIP-219: the response goes out first, then the channel is muted:

@@ -42,7 +42,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from telemetry.client_uuid import Uuid
 from telemetry.enforcement import (
@@ -60,6 +60,7 @@ from telemetry.kafka_connection import (
     KafkaConnection,
     PendingResponse,
 )
+from telemetry.kafka_security import KafkaSecurity, security_api_name
 from telemetry.manager import AcceptedPush, DeferredPush, TelemetryManager
 from telemetry.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.push_completion import complete_failed_append, decompression_outcome
@@ -82,9 +83,15 @@ from telemetry.wire import (
 )
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable
 
     from telemetry.admin.kafka_handlers import KafkaAdminHandlers
+
+    #: A request handler: (connection, header, decoded request, start ns) -> the answer.
+    _Handler = Callable[
+        [ConnectionState, RequestHeader, Any, int], tuple[bytes, int] | PendingResponse
+    ]
 
 _log = logging.getLogger(__name__)
 
@@ -166,10 +173,26 @@ class KafkaListener:
         clock: Callable[[], int] = wall_clock_ms,
         enforcement: Enforcement | None = None,
         admin: KafkaAdminHandlers | None = None,
+        *,
+        security: KafkaSecurity | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
         #: The admin APIs (``telemetry.admin``), served and advertised when given.
         self.admin = admin
+        #: SASL, SCRAM admin and TLS principals (docs/security.md); None serves everyone.
+        self.security = security
+        self.ssl_context = ssl_context
+        #: The telemetry codec's requests: the name they are counted under, their handler.
+        self._handlers: dict[type, tuple[str, _Handler]] = {
+            PushTelemetryRequest: ("PushTelemetry", self._push),
+            GetTelemetrySubscriptionsRequest: (
+                "GetTelemetrySubscriptions",
+                self._get_subscriptions,
+            ),
+            ApiVersionsRequest: ("ApiVersions", self._api_versions),
+            MetadataRequest: ("Metadata", self._metadata),
+        }
         self.manager = manager
         self.log = log
         self.clock = clock
@@ -210,15 +233,24 @@ class KafkaListener:
         host, port = self.bound_address
         return (self.config.advertised_host or host, self.config.advertised_port or port)
 
-    async def start(self) -> tuple[str, int]:
+    async def start(self, *, serve: bool = True) -> tuple[str, int]:
+        """Bind; with ``serve=False`` connections wait in the backlog until :meth:`serve`."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._new_connection, self.config.host, self.config.port
+            self._new_connection,
+            self.config.host,
+            self.config.port,
+            ssl=self.ssl_context,
+            start_serving=serve,
         )
         sockname = self._server.sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
         self._sweeper = asyncio.create_task(self._sweep(), name="kafka-listener-sweep")
         return self._bound
+
+    async def serve(self) -> None:
+        if self._server is not None:
+            await self._server.start_serving()
 
     async def stop_accepting(self) -> None:
         """Close the listening socket; open connections carry on until ``close``.
@@ -275,6 +307,8 @@ class KafkaListener:
 
     def connection_opened(self, connection: KafkaConnection) -> None:
         """Connection quotas at accept; while the acceptor is delayed, new ones queue behind it."""
+        if self.security is not None:
+            self.security.connection_opened(connection.state, connection.ssl_object)
         if self._backlog or self._acceptor_timer is not None:
             connection.hold()
             self._backlog.append(connection)
@@ -399,6 +433,11 @@ class KafkaListener:
         ``request_percentage`` quota (KIP-124).
         """
         started_ns = time.perf_counter_ns()
+        if self.security is not None:
+            answered = self.security.screen(state, frame)
+            if answered is not None:
+                self.stats.requests[security_api_name(frame)] += 1
+                return answered
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as error:
@@ -409,53 +448,76 @@ class KafkaListener:
                 return encode_response(error.header, ApiKey.API_VERSIONS, 0, answer), 0
             raise CloseConnectionError(str(error)) from error
         except UnsupportedApiKeyError as error:
-            admin = self.admin
-            if admin is None or not admin.serves(error.header.api_key):
-                raise CloseConnectionError(str(error)) from error
-            state.identify(error.header.client_id or "")
-            self.stats.requests[admin.name(error.header.api_key)] += 1
-            return admin.handle(
-                state,
-                frame,
-                lambda mutation_ms: (
-                    self._finish_request(
-                        state, started_ns, mutation_throttle_ms=mutation_ms
-                    ).time_ms
-                ),
-            )
+            return self._admin_request(state, frame, error, started_ns)
         # Kafka reads a null client id as "".
         state.identify(header.client_id or "")
+        handler = self._handlers.get(type(request))
+        if handler is None:
+            raise CloseConnectionError(f"no handler for {type(request).__name__}")
+        name, handle = handler
+        self.stats.requests[name] += 1
+        return handle(state, header, request, started_ns)
+
+    def _admin_request(
+        self,
+        state: ConnectionState,
+        frame: bytes,
+        error: UnsupportedApiKeyError,
+        started_ns: int,
+    ) -> tuple[bytes, int] | PendingResponse:
+        """An api key the telemetry codec does not know: the admin APIs', or a closed connection."""
+        admin = self.admin
+        if admin is None or not admin.serves(error.header.api_key):
+            raise CloseConnectionError(str(error)) from error
+        state.identify(error.header.client_id or "")
+        self.stats.requests[admin.name(error.header.api_key)] += 1
+        return admin.handle(
+            state,
+            frame,
+            lambda mutation_ms: (
+                self._finish_request(state, started_ns, mutation_throttle_ms=mutation_ms).time_ms
+            ),
+        )
+
+    def _api_versions(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: ApiVersionsRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """Exactly what is served: the telemetry APIs, plus the admin and SASL ones when on."""
+        if request.client_software_name:
+            state.software(request.client_software_name, request.client_software_version)
+        throttle = self._finish_request(state, started_ns).time_ms
+        answer = api_versions_response(throttle)
+        if self.admin is not None:
+            answer = replace(answer, api_keys=answer.api_keys + self.admin.advertised)
+        if self.security is not None:
+            answer = self.security.api_versions(answer)
+        return encode_response(header, ApiKey.API_VERSIONS, header.api_version, answer), throttle
+
+    def _metadata(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: MetadataRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """kip714 itself as the only broker, and no topics."""
         version = header.api_version
-        if isinstance(request, PushTelemetryRequest):
-            self.stats.requests["PushTelemetry"] += 1
-            return self._push(state, header, request, started_ns)
-        if isinstance(request, GetTelemetrySubscriptionsRequest):
-            self.stats.requests["GetTelemetrySubscriptions"] += 1
-            return self._get_subscriptions(state, header, request, started_ns)
-        if isinstance(request, ApiVersionsRequest):
-            self.stats.requests["ApiVersions"] += 1
-            if request.client_software_name:
-                state.software(request.client_software_name, request.client_software_version)
-            throttle = self._finish_request(state, started_ns).time_ms
-            answer = api_versions_response(throttle)
-            if self.admin is not None:
-                answer = replace(answer, api_keys=answer.api_keys + self.admin.advertised)
-            return encode_response(header, ApiKey.API_VERSIONS, version, answer), throttle
-        if isinstance(request, MetadataRequest):
-            self.stats.requests["Metadata"] += 1
-            host, port = self.advertised_address
-            throttle = self._finish_request(state, started_ns).time_ms
-            metadata = build_metadata_response(
-                request,
-                version,
-                node_id=self.config.node_id,
-                host=host,
-                port=port,
-                cluster_id=self.config.cluster_id,
-                throttle_time_ms=throttle,
-            )
-            return encode_response(header, ApiKey.METADATA, version, metadata), throttle
-        raise CloseConnectionError(f"no handler for {type(request).__name__}")
+        host, port = self.advertised_address
+        throttle = self._finish_request(state, started_ns).time_ms
+        metadata = build_metadata_response(
+            request,
+            version,
+            node_id=self.config.node_id,
+            host=host,
+            port=port,
+            cluster_id=self.config.cluster_id,
+            throttle_time_ms=throttle,
+        )
+        return encode_response(header, ApiKey.METADATA, version, metadata), throttle
 
     def _finish_request(
         self,

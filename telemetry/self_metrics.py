@@ -139,6 +139,18 @@ class ServerCollector(Collector):
         for api, count in sorted(stats.requests.items()):
             requests.add_metric([api], count)
         yield requests
+        security = self.listener.security
+        if security is not None:
+            sasl = CounterMetricFamily(
+                "kip714_kafka_sasl_authentications",
+                "SASL exchanges on the Kafka listener, by result (KIP-368 re-authentications "
+                "apart).",
+                labels=["result"],
+            )
+            sasl.add_metric(["authenticated"], security.authentications)
+            sasl.add_metric(["reauthenticated"], security.reauthentications)
+            sasl.add_metric(["failed"], security.failures)
+            yield sasl
 
     def _log(self) -> Iterable[Metric]:
         stats = self.log.stats

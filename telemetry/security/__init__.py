@@ -1,9 +1,11 @@
 """SASL mechanisms for the Kafka listener: PLAIN and SCRAM-SHA-256/512, server side.
 
 Pure functions and small state machines over byte tokens; no I/O, no clock.
-The listener (not yet wired) feeds them SaslAuthenticate tokens and maps
-:class:`SaslAuthenticationError` to Kafka's error 58. Depends on the standard
-library only.
+The Kafka listener (``telemetry.kafka_security``) feeds them SaslAuthenticate
+tokens through each connection's :class:`~telemetry.security.sasl_session.SaslSession`
+and maps :class:`SaslAuthenticationError` to Kafka's error 58. ``settings``
+holds the ``[security]`` values and ``tls`` the listeners' TLS (``cryptography``
+reads client certificates); the rest depends on the standard library only.
 """
 
 from __future__ import annotations

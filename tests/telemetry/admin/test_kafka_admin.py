@@ -78,6 +78,7 @@ async def test_api_versions_advertises_exactly_what_is_served(tmp_path: Path) ->
     assert advertised == {
         (18, 0, 4), (3, 0, 12), (71, 0, 0), (72, 0, 0),
         (32, 1, 4), (44, 0, 1), (48, 0, 1), (49, 0, 1), (74, 0, 1),
+        (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0),  # SASL and SCRAM credentials
     }  # fmt: skip
 
 
@@ -234,7 +235,7 @@ async def test_quotas_alter_and_describe_through_the_wire(tmp_path: Path) -> Non
 
 
 async def test_unauthorised_alter_is_refused_and_reads_still_work(tmp_path: Path) -> None:
-    config = STATIC + '[security]\nsuper_users = ["User:admin"]\n'
+    config = STATIC + '[security]\nsuper_users = ["User:admin"]\nallow_anonymous = true\n'
     async with running(tmp_path, config) as server:
 
         def work(admin: Any) -> tuple[Any, Any]:
