@@ -65,8 +65,10 @@ from telemetry.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.wire import (
     ApiKey,
     ApiVersionsRequest,
+    FindCoordinatorRequest,
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
+    InitProducerIdRequest,
     MetadataRequest,
     PushTelemetryRequest,
     PushTelemetryResponse,
@@ -75,8 +77,10 @@ from telemetry.wire import (
     UnsupportedVersionError,
     api_versions_response,
     build_metadata_response,
+    coordinator_not_available,
     decode_request,
     encode_response,
+    init_producer_id_response,
     unsupported_api_versions_response,
 )
 
@@ -175,6 +179,8 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
         self._ids = itertools.count(1)
+        #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
+        self._producer_ids = itertools.count(0)
         self._bound: tuple[str, int] | None = None
         #: Threads for pushes that expand past ``INLINE_DECOMPRESSED_BYTES``;
         #: shared with the HTTP front door, so both draw on one bounded pool.
@@ -434,7 +440,36 @@ class KafkaListener:
                 throttle_time_ms=throttle,
             )
             return encode_response(header, ApiKey.METADATA, version, metadata), throttle
+        if isinstance(request, FindCoordinatorRequest | InitProducerIdRequest):
+            return self._java_client_request(state, header, request, started_ns)
         raise CloseConnectionError(f"no handler for {type(request).__name__}")
+
+    def _java_client_request(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: FindCoordinatorRequest | InitProducerIdRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """What Apache Kafka's Java clients need before their telemetry runs undisturbed.
+
+        No coordinator exists here (retriable COORDINATOR_NOT_AVAILABLE: a
+        group consumer keeps polling, and pushing); an idempotent producer
+        gets a producer id, so it never produces to kip714 but stays healthy.
+        """
+        if isinstance(request, FindCoordinatorRequest):
+            self.stats.requests["FindCoordinator"] += 1
+            throttle = self._finish_request(state, started_ns).time_ms
+            answer = coordinator_not_available(request, throttle)
+            return encode_response(header, ApiKey.FIND_COORDINATOR, header.api_version, answer), (
+                throttle
+            )
+        self.stats.requests["InitProducerId"] += 1
+        throttle = self._finish_request(state, started_ns).time_ms
+        producer = init_producer_id_response(request, next(self._producer_ids), throttle)
+        return encode_response(header, ApiKey.INIT_PRODUCER_ID, header.api_version, producer), (
+            throttle
+        )
 
     def _finish_request(
         self,
