@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Self
 
 from telemetry.errors import ErrorCode
+from telemetry.wire.errors import MalformedFrameError
 
 if TYPE_CHECKING:
     from telemetry.wire.primitives import Reader, Writer
@@ -35,6 +36,11 @@ INIT_PRODUCER_ID_FLEXIBLE_SINCE: Final = 2
 INIT_PRODUCER_ID_EPOCH_SINCE: Final = 3
 #: ``Errors.COORDINATOR_NOT_AVAILABLE.message()``, which Kafka puts in ErrorMessage.
 COORDINATOR_NOT_AVAILABLE_MESSAGE: Final = "The coordinator is not available."
+#: The most keys one batched lookup may name. Each key, one byte on the wire
+#: when empty, costs an answer of about 50 bytes: without a bound an 8 MiB
+#: frame would build a 400 MB response. Kafka's Java clients send one key
+#: (a consumer, a producer) or one per group an admin call names.
+MAX_COORDINATOR_KEYS: Final = 1000
 #: ``Node.noNode()``: the id, host and port a failed lookup carries.
 NO_NODE_ID: Final = -1
 NO_NODE_PORT: Final = -1
@@ -56,9 +62,14 @@ class FindCoordinatorRequest:
         flexible = version >= FIND_COORDINATOR_FLEXIBLE_SINCE
         if version >= FIND_COORDINATOR_BATCHED_SINCE:
             key_type = reader.int8()
-            keys = tuple(reader.array(lambda r: r.string(compact=True), compact=True))
-            reader.tagged_fields()
+            count = reader.array_length(compact=True)
+            if count > MAX_COORDINATOR_KEYS:
+                raise MalformedFrameError(
+                    f"FindCoordinator names {count} keys, more than {MAX_COORDINATOR_KEYS}"
+                )
             # An empty array is valid (Kafka answers it with no entries).
+            keys = tuple(reader.string(compact=True) for _ in range(count))
+            reader.tagged_fields()
             return cls(keys=keys, key_type=key_type)
         key = reader.string(compact=flexible)
         key_type = reader.int8() if version >= 1 else 0

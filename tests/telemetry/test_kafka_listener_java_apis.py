@@ -6,6 +6,7 @@ here every served version is driven over loopback with the repo's wire client.
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import TYPE_CHECKING
 
 from telemetry.errors import ErrorCode
@@ -17,8 +18,12 @@ from telemetry.wire import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from telemetry.wire.coordinator_messages import COORDINATOR_NOT_AVAILABLE_MESSAGE
-from tests.telemetry.kafka_wire_client import running_server, serves_telemetry
+from telemetry.wire.coordinator_messages import (
+    COORDINATOR_NOT_AVAILABLE_MESSAGE,
+    MAX_COORDINATOR_KEYS,
+)
+from telemetry.wire.primitives import Writer
+from tests.telemetry.kafka_wire_client import raw_header, running_server, serves_telemetry, sized
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,3 +82,39 @@ async def test_each_idempotent_producer_gets_its_own_id_at_epoch_zero(tmp_path: 
     assert ids[0] >= 0
     assert refused.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert refused.producer_id == -1
+
+
+def batched_lookup(keys: int) -> bytes:
+    """FindCoordinator v6 naming ``keys`` empty group ids: one byte each on the wire."""
+    count = Writer()
+    count.uvarint(keys + 1)
+    body = b"\x00" + count.getvalue() + b"\x01" * keys + b"\x00"
+    return sized(raw_header(10, 6, 1, tags=True) + body)
+
+
+async def test_a_lookup_of_a_million_keys_costs_its_frame_not_a_million_answers(
+    tmp_path: Path,
+) -> None:
+    """Answered, a 1 MB frame of empty keys would build a 50 MB response; it is refused instead."""
+    async with running_server(tmp_path, max_frame_bytes=2 * 1024 * 1024) as server:
+        at_bound = await server.connect("batched-admin")
+        await at_bound.write(batched_lookup(MAX_COORDINATOR_KEYS))
+        _, answer = await at_bound.receive(FIND, 6, FindCoordinatorResponse)
+        await at_bound.close()
+        assert len(answer.coordinators) == MAX_COORDINATOR_KEYS
+
+        frame = batched_lookup(1_000_000)
+        hostile = await server.connect("hostile")
+        tracemalloc.start()
+        try:
+            await hostile.write(frame)
+            closed = await hostile.closed_by_server()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        await hostile.close()
+        assert closed
+        assert server.listener.stats.closed_for["malformed"] == 1
+        assert await serves_telemetry(server)
+    # The frame is read (and copied) whole; nothing is built per key.
+    assert peak < 4 * len(frame)

@@ -17,6 +17,7 @@ from telemetry.wire import (
     FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    MalformedFrameError,
     RequestHeader,
     coordinator_not_available,
     decode_request,
@@ -24,7 +25,10 @@ from telemetry.wire import (
     encode_response,
     init_producer_id_response,
 )
-from telemetry.wire.coordinator_messages import COORDINATOR_NOT_AVAILABLE_MESSAGE
+from telemetry.wire.coordinator_messages import (
+    COORDINATOR_NOT_AVAILABLE_MESSAGE,
+    MAX_COORDINATOR_KEYS,
+)
 from telemetry.wire.primitives import Reader, Writer
 from tests.telemetry.wire import strategies as s
 from tests.telemetry.wire.kafka_python_protocol import kafka_metadata, kafka_transaction
@@ -116,6 +120,15 @@ def test_find_coordinator_before_v4_carries_exactly_one_key() -> None:
         body(FindCoordinatorRequest(keys=("a", "b")), 3)
     with pytest.raises(ValueError, match="exactly one key"):
         body(FindCoordinatorResponse(coordinators=()), 2)
+
+
+def test_a_batched_lookup_names_at_most_the_bound() -> None:
+    at_bound = FindCoordinatorRequest(keys=("",) * MAX_COORDINATOR_KEYS)
+    reader = Reader(body(at_bound, 6))
+    assert FindCoordinatorRequest.read(reader, 6) == at_bound
+    past = body(FindCoordinatorRequest(keys=("",) * (MAX_COORDINATOR_KEYS + 1)), 6)
+    with pytest.raises(MalformedFrameError, match="more than 1000"):
+        FindCoordinatorRequest.read(Reader(past), 6)
 
 
 # -- kafka-python ------------------------------------------------------------------------------
