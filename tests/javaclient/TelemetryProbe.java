@@ -25,16 +25,21 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * assigned one partition), {@code PREFIX-grouped} (a consumer of group {@code PREFIX-group},
  * subscribed to one topic) and {@code PREFIX-admin} (enable.metrics.push=true: an admin client's
  * default is false). The consumers are polled throughout, since a classic consumer's network
- * client, and so its telemetry, only runs inside poll().
+ * client, and so its telemetry, only runs inside poll(). Two more clients show what the Java
+ * defaults leave out: {@code PREFIX-admin-default} (an admin client as configured by default) and
+ * {@code PREFIX-idle} (a consumer that is never polled).
  *
  * <p>Prints one line per fact for the test to parse: {@code instance CLIENT_ID UUID} (the id the
- * client got from GetTelemetrySubscriptions), {@code poll-error CLIENT_ID EXCEPTION} (at most once
- * per client and exception class) and {@code closed CLIENT_ID}.
+ * client got from GetTelemetrySubscriptions, {@code null} if none came within the wait), {@code
+ * no-instance CLIENT_ID EXCEPTION} (the client refused to wait for one), {@code poll-error
+ * CLIENT_ID EXCEPTION} (at most once per client and exception class) and {@code closed CLIENT_ID}.
  */
 public final class TelemetryProbe {
     private static final String TOPIC = "kip714-probe";
     private static final Duration POLL = Duration.ofMillis(100);
     private static final Duration INSTANCE_ID_TIMEOUT = Duration.ofSeconds(10);
+    /** How long the never-polled consumer is given: it never asks, so any wait ends empty. */
+    private static final Duration IDLE_INSTANCE_ID_TIMEOUT = Duration.ofSeconds(1);
     private static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(10);
 
     private TelemetryProbe() {}
@@ -48,6 +53,8 @@ public final class TelemetryProbe {
                 common(bootstrap, prefix + "-producer"),
                 new ByteArraySerializer(), new ByteArraySerializer());
         Admin admin = Admin.create(admin(bootstrap, prefix + "-admin"));
+        Admin adminDefault = Admin.create(common(bootstrap, prefix + "-admin-default"));
+        KafkaConsumer<byte[], byte[]> idle = consumer(bootstrap, prefix + "-idle", null);
         KafkaConsumer<byte[], byte[]> assigned = consumer(bootstrap, prefix + "-assigned", null);
         assigned.assign(List.of(new TopicPartition(TOPIC, 0)));
         KafkaConsumer<byte[], byte[]> grouped =
@@ -65,6 +72,8 @@ public final class TelemetryProbe {
         instance(prefix + "-admin", () -> admin.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-assigned", () -> assigned.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-grouped", () -> grouped.clientInstanceId(INSTANCE_ID_TIMEOUT));
+        instance(prefix + "-admin-default", () -> adminDefault.clientInstanceId(INSTANCE_ID_TIMEOUT));
+        instance(prefix + "-idle", () -> idle.clientInstanceId(IDLE_INSTANCE_ID_TIMEOUT));
 
         producer.close(CLOSE_TIMEOUT);
         closed(prefix + "-producer");
@@ -74,6 +83,10 @@ public final class TelemetryProbe {
         closed(prefix + "-assigned");
         grouped.close(CloseOptions.timeout(CLOSE_TIMEOUT));
         closed(prefix + "-grouped");
+        adminDefault.close(CLOSE_TIMEOUT);
+        closed(prefix + "-admin-default");
+        idle.close(CloseOptions.timeout(CLOSE_TIMEOUT));
+        closed(prefix + "-idle");
     }
 
     private static Properties common(String bootstrap, String clientId) {
@@ -120,7 +133,12 @@ public final class TelemetryProbe {
     }
 
     private static void instance(String clientId, InstanceId id) {
-        System.out.println("instance " + clientId + " " + id.get());
+        try {
+            System.out.println("instance " + clientId + " " + id.get());
+        } catch (RuntimeException error) {
+            System.out.println("no-instance " + clientId + " " + error.getClass().getName() + ": "
+                    + error.getMessage());
+        }
         System.out.flush();
     }
 

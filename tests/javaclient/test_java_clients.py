@@ -8,6 +8,10 @@ in Parquet once per acknowledged push, under the software name the Java
 client sends in ApiVersions, and none of them may run into a missing API:
 the group consumer's FindCoordinator and the producer's InitProducerId are
 answered, so no ``poll`` throws and the producer never turns fatal.
+
+Two more clients pin down what the Java defaults leave out, as the README
+says: an admin client as configured by default (``enable.metrics.push`` is
+false for it) and a consumer that is never polled never ask for telemetry.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ CLIENTS = {
     f"{PREFIX}-assigned": "org.apache.kafka.consumer.",
     f"{PREFIX}-grouped": "org.apache.kafka.consumer.",
 }
+SILENT = (f"{PREFIX}-admin-default", f"{PREFIX}-idle")
 PUSH_SENT = re.compile(r"Creating telemetry push request with client instance id (\S+)")
 
 
@@ -112,10 +117,14 @@ def test_java_clients_push_telemetry_that_lands_once_per_acknowledged_push(
     # The driver: every client got an instance id, no poll threw, all closed.
     lines = stdout.splitlines()
     assert not [line for line in lines if line.startswith("poll-error")], stdout
-    instances = dict(line.split()[1:3] for line in lines if line.startswith("instance "))
-    assert set(instances) == set(CLIENTS), stdout
-    assert "null" not in instances.values()
-    assert [line.split()[1] for line in lines if line.startswith("closed ")] == list(CLIENTS)
+    reported = dict(line.split()[1:3] for line in lines if line.startswith("instance "))
+    instances = {client: reported.pop(client) for client in CLIENTS}
+    assert "null" not in instances.values(), stdout
+    assert reported == {f"{PREFIX}-idle": "null"}, stdout
+    refused = f"no-instance {PREFIX}-admin-default java.lang.IllegalStateException: Telemetry is not"
+    assert refused in stdout
+    closed_in_order = [line.split()[1] for line in lines if line.startswith("closed ")]
+    assert closed_in_order == [*CLIENTS, *SILENT]
     # The Java clients themselves: no error, the producer got an id and stayed healthy.
     assert not [line for line in stderr.splitlines() if line.startswith("ERROR")], stderr
     assert "ProducerId set to 0 with epoch 0" in stderr
@@ -125,6 +134,8 @@ def test_java_clients_push_telemetry_that_lands_once_per_acknowledged_push(
     requests = 'kip714_kafka_requests_total{api="%s"}'
     assert samples[requests % "InitProducerId"] == 1
     assert samples[requests % "FindCoordinator"] >= 1
+    # One subscription per pushing client: the two silent ones never asked.
+    assert samples['kip714_get_subscriptions_requests_total{error_code="NONE"}'] == len(CLIENTS)
     accepted = samples['kip714_push_requests_total{error_code="NONE",outcome="accepted"}']
     assert samples[requests % "PushTelemetry"] == accepted
     closed = {k for k in samples if k.startswith("kip714_kafka_connections_closed_total")}
