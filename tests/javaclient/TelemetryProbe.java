@@ -23,7 +23,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * <p>Usage: {@code TelemetryProbe BOOTSTRAP SECONDS PREFIX}. Clients: {@code PREFIX-producer}
  * (default configuration, so idempotent), {@code PREFIX-assigned} (a consumer without group.id,
  * assigned one partition), {@code PREFIX-grouped} (a consumer of group {@code PREFIX-group},
- * subscribed to one topic) and {@code PREFIX-admin} (enable.metrics.push=true: an admin client's
+ * subscribed to one topic, with the default classic group protocol), {@code PREFIX-kip848} (the
+ * same with group.protocol=consumer, KIP-848) and {@code PREFIX-admin} (enable.metrics.push=true: an admin client's
  * default is false). The consumers are polled throughout, since a classic consumer's network
  * client, and so its telemetry, only runs inside poll(). Two more clients show what the Java
  * defaults leave out: {@code PREFIX-admin-default} (an admin client as configured by default) and
@@ -54,24 +55,30 @@ public final class TelemetryProbe {
                 new ByteArraySerializer(), new ByteArraySerializer());
         Admin admin = Admin.create(admin(bootstrap, prefix + "-admin"));
         Admin adminDefault = Admin.create(common(bootstrap, prefix + "-admin-default"));
-        KafkaConsumer<byte[], byte[]> idle = consumer(bootstrap, prefix + "-idle", null);
-        KafkaConsumer<byte[], byte[]> assigned = consumer(bootstrap, prefix + "-assigned", null);
+        KafkaConsumer<byte[], byte[]> idle = consumer(bootstrap, prefix + "-idle", null, null);
+        KafkaConsumer<byte[], byte[]> assigned =
+                consumer(bootstrap, prefix + "-assigned", null, null);
         assigned.assign(List.of(new TopicPartition(TOPIC, 0)));
         KafkaConsumer<byte[], byte[]> grouped =
-                consumer(bootstrap, prefix + "-grouped", prefix + "-group");
+                consumer(bootstrap, prefix + "-grouped", prefix + "-group", "classic");
         grouped.subscribe(List.of(TOPIC));
+        KafkaConsumer<byte[], byte[]> kip848 =
+                consumer(bootstrap, prefix + "-kip848", prefix + "-group-kip848", "consumer");
+        kip848.subscribe(List.of(TOPIC));
 
         List<String> errors = new ArrayList<>();
         long deadline = System.nanoTime() + runMs * 1_000_000L;
         while (System.nanoTime() < deadline) {
             poll(assigned, prefix + "-assigned", errors);
             poll(grouped, prefix + "-grouped", errors);
+            poll(kip848, prefix + "-kip848", errors);
         }
 
         instance(prefix + "-producer", () -> producer.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-admin", () -> admin.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-assigned", () -> assigned.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-grouped", () -> grouped.clientInstanceId(INSTANCE_ID_TIMEOUT));
+        instance(prefix + "-kip848", () -> kip848.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-admin-default", () -> adminDefault.clientInstanceId(INSTANCE_ID_TIMEOUT));
         instance(prefix + "-idle", () -> idle.clientInstanceId(IDLE_INSTANCE_ID_TIMEOUT));
 
@@ -83,6 +90,8 @@ public final class TelemetryProbe {
         closed(prefix + "-assigned");
         grouped.close(CloseOptions.timeout(CLOSE_TIMEOUT));
         closed(prefix + "-grouped");
+        kip848.close(CloseOptions.timeout(CLOSE_TIMEOUT));
+        closed(prefix + "-kip848");
         adminDefault.close(CLOSE_TIMEOUT);
         closed(prefix + "-admin-default");
         idle.close(CloseOptions.timeout(CLOSE_TIMEOUT));
@@ -105,10 +114,11 @@ public final class TelemetryProbe {
     }
 
     private static KafkaConsumer<byte[], byte[]> consumer(
-            String bootstrap, String clientId, String groupId) {
+            String bootstrap, String clientId, String groupId, String groupProtocol) {
         Properties properties = common(bootstrap, clientId);
         if (groupId != null) {
             properties.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
+            properties.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, groupProtocol);
         }
         return new KafkaConsumer<>(
                 properties, new ByteArrayDeserializer(), new ByteArrayDeserializer());

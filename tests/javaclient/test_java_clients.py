@@ -1,13 +1,14 @@
 """Apache Kafka's own Java clients (kafka-clients 4.4) pointed straight at ``kip714 serve``.
 
 ``TelemetryProbe.java`` runs an idempotent producer (the Java default), a
-consumer without group (assigned a partition), a group consumer (subscribed)
-and an admin client (``enable.metrics.push=true``) against kip714 for a few
-seconds with a 1 s subscription, then closes them. Their telemetry must land
-in Parquet once per acknowledged push, under the software name the Java
-client sends in ApiVersions, and none of them may run into a missing API:
-the group consumer's FindCoordinator and the producer's InitProducerId are
-answered, so no ``poll`` throws and the producer never turns fatal.
+consumer without group (assigned a partition), two group consumers
+(subscribed; the classic group protocol and KIP-848's) and an admin client
+(``enable.metrics.push=true``) against kip714 for a few seconds with a 1 s
+subscription, then closes them. Their telemetry must land in Parquet once
+per acknowledged push, under the software name the Java client sends in
+ApiVersions, and none of them may run into a missing API: the group
+consumers' FindCoordinator and the producer's InitProducerId are answered,
+so no ``poll`` throws and the producer never turns fatal.
 
 Two more clients pin down what the Java defaults leave out, as the README
 says: an admin client as configured by default (``enable.metrics.push`` is
@@ -63,6 +64,7 @@ CLIENTS = {
     f"{PREFIX}-admin": "org.apache.kafka.admin.client.",
     f"{PREFIX}-assigned": "org.apache.kafka.consumer.",
     f"{PREFIX}-grouped": "org.apache.kafka.consumer.",
+    f"{PREFIX}-kip848": "org.apache.kafka.consumer.",
 }
 SILENT = (f"{PREFIX}-admin-default", f"{PREFIX}-idle")
 PUSH_SENT = re.compile(r"Creating telemetry push request with client instance id (\S+)")
