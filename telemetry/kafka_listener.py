@@ -426,10 +426,31 @@ class KafkaListener:
             throttle = self._finish_request(state, started_ns).time_ms
             answer = api_versions_response(throttle)
             return encode_response(header, ApiKey.API_VERSIONS, version, answer), throttle
+        if isinstance(request, MetadataRequest | FindCoordinatorRequest | InitProducerIdRequest):
+            return self._cluster_request(state, header, request, started_ns)
+        raise CloseConnectionError(f"no handler for {type(request).__name__}")
+
+    def _cluster_request(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: MetadataRequest | FindCoordinatorRequest | InitProducerIdRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """The requests about the cluster kip714 stands in for, answered from its config alone.
+
+        Metadata names kip714 as the only broker. FindCoordinator and
+        InitProducerId are what Apache Kafka's Java clients need before their
+        telemetry runs undisturbed: no coordinator exists here (retriable
+        COORDINATOR_NOT_AVAILABLE, so a group consumer keeps polling, and
+        pushing), and an idempotent producer gets a producer id, so it never
+        produces to kip714 but stays out of its fatal error state.
+        """
+        version = header.api_version
+        throttle = self._finish_request(state, started_ns).time_ms
         if isinstance(request, MetadataRequest):
             self.stats.requests["Metadata"] += 1
             host, port = self.advertised_address
-            throttle = self._finish_request(state, started_ns).time_ms
             metadata = build_metadata_response(
                 request,
                 version,
@@ -440,36 +461,13 @@ class KafkaListener:
                 throttle_time_ms=throttle,
             )
             return encode_response(header, ApiKey.METADATA, version, metadata), throttle
-        if isinstance(request, FindCoordinatorRequest | InitProducerIdRequest):
-            return self._java_client_request(state, header, request, started_ns)
-        raise CloseConnectionError(f"no handler for {type(request).__name__}")
-
-    def _java_client_request(
-        self,
-        state: ConnectionState,
-        header: RequestHeader,
-        request: FindCoordinatorRequest | InitProducerIdRequest,
-        started_ns: int,
-    ) -> tuple[bytes, int]:
-        """What Apache Kafka's Java clients need before their telemetry runs undisturbed.
-
-        No coordinator exists here (retriable COORDINATOR_NOT_AVAILABLE: a
-        group consumer keeps polling, and pushing); an idempotent producer
-        gets a producer id, so it never produces to kip714 but stays healthy.
-        """
         if isinstance(request, FindCoordinatorRequest):
             self.stats.requests["FindCoordinator"] += 1
-            throttle = self._finish_request(state, started_ns).time_ms
-            answer = coordinator_not_available(request, throttle)
-            return encode_response(header, ApiKey.FIND_COORDINATOR, header.api_version, answer), (
-                throttle
-            )
+            lookup = coordinator_not_available(request, throttle)
+            return encode_response(header, ApiKey.FIND_COORDINATOR, version, lookup), throttle
         self.stats.requests["InitProducerId"] += 1
-        throttle = self._finish_request(state, started_ns).time_ms
         producer = init_producer_id_response(request, next(self._producer_ids), throttle)
-        return encode_response(header, ApiKey.INIT_PRODUCER_ID, header.api_version, producer), (
-            throttle
-        )
+        return encode_response(header, ApiKey.INIT_PRODUCER_ID, version, producer), throttle
 
     def _finish_request(
         self,
