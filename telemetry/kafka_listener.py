@@ -67,8 +67,10 @@ from telemetry.push_completion import complete_failed_append, decompression_outc
 from telemetry.wire import (
     ApiKey,
     ApiVersionsRequest,
+    FindCoordinatorRequest,
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
+    InitProducerIdRequest,
     MetadataRequest,
     PushTelemetryRequest,
     PushTelemetryResponse,
@@ -77,8 +79,10 @@ from telemetry.wire import (
     UnsupportedVersionError,
     api_versions_response,
     build_metadata_response,
+    coordinator_not_available,
     decode_request,
     encode_response,
+    init_producer_id_response,
     unsupported_api_versions_response,
 )
 
@@ -192,6 +196,8 @@ class KafkaListener:
             ),
             ApiVersionsRequest: ("ApiVersions", self._api_versions),
             MetadataRequest: ("Metadata", self._metadata),
+            FindCoordinatorRequest: ("FindCoordinator", self._find_coordinator),
+            InitProducerIdRequest: ("InitProducerId", self._init_producer_id),
         }
         self.manager = manager
         self.log = log
@@ -204,6 +210,8 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
         self._ids = itertools.count(1)
+        #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
+        self._producer_ids = itertools.count(0)
         self._bound: tuple[str, int] | None = None
         #: Threads for pushes that expand past ``INLINE_DECOMPRESSED_BYTES``;
         #: shared with the HTTP front door, so both draw on one bounded pool.
@@ -518,6 +526,41 @@ class KafkaListener:
             throttle_time_ms=throttle,
         )
         return encode_response(header, ApiKey.METADATA, version, metadata), throttle
+
+    def _find_coordinator(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: FindCoordinatorRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """No coordinator exists here: retriable COORDINATOR_NOT_AVAILABLE, as Kafka answers.
+
+        A Java group consumer keeps polling (and pushing) instead of
+        throwing UnsupportedVersionException on every ``poll()``.
+        """
+        throttle = self._finish_request(state, started_ns).time_ms
+        lookup = coordinator_not_available(request, throttle)
+        return encode_response(
+            header, ApiKey.FIND_COORDINATOR, header.api_version, lookup
+        ), throttle
+
+    def _init_producer_id(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: InitProducerIdRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """A producer id at epoch 0, so the idempotent Java producer stays out of its fatal state.
+
+        kip714 accepts no Produce, so the id only has to satisfy the client.
+        """
+        throttle = self._finish_request(state, started_ns).time_ms
+        producer = init_producer_id_response(request, next(self._producer_ids), throttle)
+        return encode_response(
+            header, ApiKey.INIT_PRODUCER_ID, header.api_version, producer
+        ), throttle
 
     def _finish_request(
         self,

@@ -2,8 +2,9 @@
 
 Pure code, no I/O: the asyncio listener reads size-prefixed frames and calls
 :func:`decode_request` / :func:`encode_response`. It covers ApiVersions (v0-v4),
-Metadata (v0-v12), GetTelemetrySubscriptions v0 and PushTelemetry v0, and
-raises one of three :class:`WireError` subclasses for anything else. Depends on
+Metadata (v0-v12), GetTelemetrySubscriptions v0 and PushTelemetry v0, plus
+FindCoordinator (v0-v6) and InitProducerId (v0-v5) for Apache Kafka's Java
+clients, and raises one of three :class:`WireError` subclasses for anything else. Depends on
 the standard library and ``telemetry.errors`` only.
 """
 
@@ -18,6 +19,14 @@ from telemetry.wire.api_versions import (
     unsupported_api_versions_response,
 )
 from telemetry.wire.apis import SUPPORTED_VERSIONS, ApiKey, VersionRange, is_flexible
+from telemetry.wire.coordinator_messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    coordinator_not_available,
+    init_producer_id_response,
+)
 from telemetry.wire.errors import (
     MalformedFrameError,
     UnsupportedApiKeyError,
@@ -71,8 +80,12 @@ __all__ = [
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
     "GetTelemetrySubscriptionsRequest",
     "GetTelemetrySubscriptionsResponse",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
     "MalformedFrameError",
     "MetadataBroker",
     "MetadataPartition",
@@ -93,10 +106,12 @@ __all__ = [
     "Writer",
     "api_versions_response",
     "build_metadata_response",
+    "coordinator_not_available",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
+    "init_producer_id_response",
     "is_flexible",
     "parse_size_prefix",
     "request_header_version",

@@ -1,8 +1,10 @@
 """The api keys kip714 speaks and the version ranges it advertises in ApiVersions.
 
-A telemetry-only broker needs exactly four APIs: a
+A telemetry-only broker needs four APIs: a
 client that does not see key 71 at v0 in ApiVersions never sends telemetry, and
 Metadata must be answered so the client learns the broker it pushes to.
+Apache Kafka's Java clients need two more to keep running undisturbed:
+FindCoordinator (a group consumer) and InitProducerId (the idempotent producer).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ class ApiKey(enum.IntEnum):
     """Kafka's ``ApiKeys`` ids for the APIs kip714 implements."""
 
     METADATA = 3
+    FIND_COORDINATOR = 10
     API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
     GET_TELEMETRY_SUBSCRIPTIONS = 71
     PUSH_TELEMETRY = 72
 
@@ -53,6 +57,9 @@ SUPPORTED_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
             min_version=0, max_version=0, flexible_since=0
         ),
         ApiKey.PUSH_TELEMETRY: VersionRange(min_version=0, max_version=0, flexible_since=0),
+        # For Apache Kafka's Java clients (telemetry.wire.coordinator_messages).
+        ApiKey.FIND_COORDINATOR: VersionRange(min_version=0, max_version=6, flexible_since=3),
+        ApiKey.INIT_PRODUCER_ID: VersionRange(min_version=0, max_version=5, flexible_since=2),
     }
 )
 

@@ -17,6 +17,12 @@ from uuid import UUID
 
 from telemetry.wire.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from telemetry.wire.apis import SUPPORTED_VERSIONS, ApiKey
+from telemetry.wire.coordinator_messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 from telemetry.wire.errors import (
     MalformedFrameError,
     UnsupportedApiKeyError,
@@ -43,13 +49,20 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 Request = (
-    ApiVersionsRequest | MetadataRequest | GetTelemetrySubscriptionsRequest | PushTelemetryRequest
+    ApiVersionsRequest
+    | MetadataRequest
+    | GetTelemetrySubscriptionsRequest
+    | PushTelemetryRequest
+    | FindCoordinatorRequest
+    | InitProducerIdRequest
 )
 Response = (
     ApiVersionsResponse
     | MetadataResponse
     | GetTelemetrySubscriptionsResponse
     | PushTelemetryResponse
+    | FindCoordinatorResponse
+    | InitProducerIdResponse
 )
 
 SIZE_PREFIX: Final = struct.Struct(">i")
@@ -86,6 +99,18 @@ _CODECS: Final = MappingProxyType(
             PushTelemetryRequest,
             PushTelemetryResponse.read,
             PushTelemetryResponse,
+        ),
+        int(ApiKey.FIND_COORDINATOR): _Codec(
+            FindCoordinatorRequest.read,
+            FindCoordinatorRequest,
+            FindCoordinatorResponse.read,
+            FindCoordinatorResponse,
+        ),
+        int(ApiKey.INIT_PRODUCER_ID): _Codec(
+            InitProducerIdRequest.read,
+            InitProducerIdRequest,
+            InitProducerIdResponse.read,
+            InitProducerIdResponse,
         ),
     }
 )

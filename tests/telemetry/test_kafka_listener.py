@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-ADVERTISED = {18: (0, 4), 3: (0, 12), 71: (0, 0), 72: (0, 0)}
+ADVERTISED = {18: (0, 4), 3: (0, 12), 71: (0, 0), 72: (0, 0), 10: (0, 6), 22: (0, 5)}
 
 
 @pytest.fixture

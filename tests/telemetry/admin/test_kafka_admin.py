@@ -79,6 +79,7 @@ async def test_api_versions_advertises_exactly_what_is_served(tmp_path: Path) ->
         (18, 0, 4), (3, 0, 12), (71, 0, 0), (72, 0, 0),
         (32, 1, 4), (44, 0, 1), (48, 0, 1), (49, 0, 1), (74, 0, 1),
         (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0),  # SASL and SCRAM credentials
+        (10, 0, 6), (22, 0, 5),  # FindCoordinator, InitProducerId for the Java clients
     }  # fmt: skip
 
 

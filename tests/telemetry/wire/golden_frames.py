@@ -24,11 +24,13 @@ API_VERSIONS_V3_REQUEST: Final = (
 API_VERSIONS_V3_RESPONSE: Final = bytes.fromhex(
     "00000001"  # correlation id, response header v0: no tag byte
     "0000"  # ErrorCode
-    "05"  # ApiKeys: 4 entries
+    "07"  # ApiKeys: 6 entries
     "0012 0000 0004 00"
     "0003 0000 000c 00"
     "0047 0000 0000 00"
     "0048 0000 0000 00"
+    "000a 0000 0006 00"  # FindCoordinator and InitProducerId, for the Java clients
+    "0016 0000 0005 00"
     "00000000"  # ThrottleTimeMs
     "00"  # body tags
 )

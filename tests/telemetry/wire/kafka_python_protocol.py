@@ -14,3 +14,5 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "(read|open)_text is deprecated", DeprecationWarning)
     kafka_admin: Any = importlib.import_module("kafka.protocol.admin")
     kafka_sasl: Any = importlib.import_module("kafka.protocol.sasl")
+    kafka_metadata: Any = importlib.import_module("kafka.protocol.metadata")
+    kafka_transaction: Any = importlib.import_module("kafka.protocol.producer.transaction")

@@ -14,8 +14,12 @@ from telemetry.wire import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     MetadataBroker,
     MetadataPartition,
     MetadataRequest,
@@ -28,12 +32,14 @@ from telemetry.wire import (
     RequestHeader,
     Response,
 )
+from telemetry.wire.coordinator_messages import FIND_COORDINATOR_BATCHED_SINCE, Coordinator
 
 T = TypeVar("T")
 
 int8s = st.integers(min_value=-(2**7), max_value=2**7 - 1)
 int16s = st.integers(min_value=-(2**15), max_value=2**15 - 1)
 int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 texts = st.text(max_size=12)
 uuids = st.builds(UUID, int=st.integers(min_value=0, max_value=2**128 - 1))
 
@@ -171,8 +177,72 @@ def push_telemetry_responses() -> st.SearchStrategy[PushTelemetryResponse]:
     return st.builds(PushTelemetryResponse, error_code=int16s, throttle_time_ms=int32s)
 
 
+def find_coordinator_requests(version: int) -> st.SearchStrategy[FindCoordinatorRequest]:
+    if version >= FIND_COORDINATOR_BATCHED_SINCE:
+        return st.builds(FindCoordinatorRequest, keys=tuples(texts), key_type=int8s)
+    key_types = int8s if version >= 1 else st.just(0)
+    return st.builds(FindCoordinatorRequest, keys=texts.map(lambda k: (k,)), key_type=key_types)
+
+
+def find_coordinator_responses(version: int) -> st.SearchStrategy[FindCoordinatorResponse]:
+    throttles = int32s if version >= 1 else st.just(0)
+    if version >= FIND_COORDINATOR_BATCHED_SINCE:
+        coordinator = st.builds(
+            Coordinator,
+            key=texts,
+            node_id=int32s,
+            host=texts,
+            port=int32s,
+            error_code=int16s,
+            error_message=st.none() | texts,
+        )
+        return st.builds(
+            FindCoordinatorResponse, coordinators=tuples(coordinator), throttle_time_ms=throttles
+        )
+    # Before v4 the one answer's key is not on the wire, nor (v0) its message.
+    only = st.builds(
+        Coordinator,
+        key=st.just(""),
+        node_id=int32s,
+        host=texts,
+        port=int32s,
+        error_code=int16s,
+        error_message=(st.none() | texts) if version >= 1 else st.none(),
+    )
+    return st.builds(
+        FindCoordinatorResponse,
+        coordinators=only.map(lambda c: (c,)),
+        throttle_time_ms=throttles,
+    )
+
+
+def init_producer_id_requests(version: int) -> st.SearchStrategy[InitProducerIdRequest]:
+    with_epoch = version >= 3
+    return st.builds(
+        InitProducerIdRequest,
+        transactional_id=st.none() | texts,
+        transaction_timeout_ms=int32s,
+        producer_id=int64s if with_epoch else st.just(-1),
+        producer_epoch=int16s if with_epoch else st.just(-1),
+    )
+
+
+def init_producer_id_responses() -> st.SearchStrategy[InitProducerIdResponse]:
+    return st.builds(
+        InitProducerIdResponse,
+        error_code=int16s,
+        throttle_time_ms=int32s,
+        producer_id=int64s,
+        producer_epoch=int16s,
+    )
+
+
 def requests(api_key: int, version: int) -> st.SearchStrategy[Request]:
     match api_key:
+        case 10:
+            return find_coordinator_requests(version)
+        case 22:
+            return init_producer_id_requests(version)
         case 18:
             return api_versions_requests(version)
         case 3:
@@ -185,6 +255,10 @@ def requests(api_key: int, version: int) -> st.SearchStrategy[Request]:
 
 def responses(api_key: int, version: int) -> st.SearchStrategy[Response]:
     match api_key:
+        case 10:
+            return find_coordinator_responses(version)
+        case 22:
+            return init_producer_id_responses()
         case 18:
             return api_versions_responses(version)
         case 3:
@@ -200,5 +274,7 @@ ALL_VERSIONS: list[tuple[int, int]] = [
     *((3, v) for v in range(13)),
     (71, 0),
     (72, 0),
+    *((10, v) for v in range(7)),
+    *((22, v) for v in range(6)),
 ]
 """Every (api key, version) kip714 supports."""

@@ -38,16 +38,20 @@ TOPIC_ID = UUID("00112233-4455-6677-8899-aabbccddeeff")
 
 
 def test_supported_versions_table_is_what_apiversions_advertises() -> None:
-    assert list(SUPPORTED_VERSIONS) == [18, 3, 71, 72]
+    assert list(SUPPORTED_VERSIONS) == [18, 3, 71, 72, 10, 22]
     assert [(r.min_version, r.max_version) for r in SUPPORTED_VERSIONS.values()] == [
         (0, 4),
         (0, 12),
         (0, 0),
         (0, 0),
+        (0, 6),
+        (0, 5),
     ]
     assert {key.name: key.value for key in ApiKey} == {
         "METADATA": 3,
+        "FIND_COORDINATOR": 10,
         "API_VERSIONS": 18,
+        "INIT_PRODUCER_ID": 22,
         "GET_TELEMETRY_SUBSCRIPTIONS": 71,
         "PUSH_TELEMETRY": 72,
     }
@@ -95,11 +99,13 @@ def test_unsupported_api_versions_answer_is_v0_with_error_35_and_its_own_range()
 
 
 def test_api_versions_v0_and_v1_responses_by_hand() -> None:
-    entries = "0012 0000 0004 0003 0000 000c 0047 0000 0000 0048 0000 0000".replace(" ", "")
+    entries = (
+        "0012 0000 0004 0003 0000 000c 0047 0000 0000 0048 0000 0000 000a 0000 0006 0016 0000 0005"
+    ).replace(" ", "")
     v0 = encode_response(5, 18, 0, api_versions_response())
-    assert v0.hex() == "0000002200000005000000000004" + entries
+    assert v0.hex() == "0000002e00000005000000000006" + entries
     v1 = encode_response(5, 18, 1, api_versions_response(throttle_time_ms=9))
-    assert v1.hex() == "0000002600000005000000000004" + entries + "00000009"
+    assert v1.hex() == "0000003200000005000000000006" + entries + "00000009"
 
 
 def test_api_versions_v0_request_has_an_empty_body() -> None:

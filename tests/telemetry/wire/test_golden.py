@@ -42,7 +42,7 @@ def test_api_versions_v3_request_decodes_to_the_client_software() -> None:
 
 def test_api_versions_v3_response_is_the_captured_frame_with_header_v0() -> None:
     frame = encode_response(1, 18, 3, api_versions_response())
-    assert frame[:4] == (40).to_bytes(4, "big")
+    assert frame[:4] == (54).to_bytes(4, "big")
     assert frame[4:] == g.API_VERSIONS_V3_RESPONSE
 
 
