@@ -284,3 +284,20 @@ def test_kafka_configs_alters_describes_and_deletes_quotas(tools: Tools) -> None
     )
     assert "InvalidRequestException: Invalid configuration key consumer_byte_rate" in refused
     assert (("user", "bob"),) not in tools.quotas()
+
+
+def test_kafka_configs_manages_scram_credentials(tools: Tools) -> None:
+    user = ("--entity-type", "users", "--entity-name", "carol")
+    added = tools.configs(
+        "--alter", *user, "--add-config", "SCRAM-SHA-256=[iterations=8192,password=pw]"
+    )
+    assert added == "Completed updating config for user carol.\n"
+    assert tools.configs("--describe", *user) == (
+        "SCRAM credential configs for user-principal 'carol' are SCRAM-SHA-256=iterations=8192\n"
+    )
+    refused = tools.configs(
+        "--alter", *user, "--add-config", "SCRAM-SHA-512=[iterations=20000,password=pw]", status=1
+    )
+    assert "UnacceptableCredentialException: Too many iterations" in refused
+    tools.configs("--alter", *user, "--delete-config", "SCRAM-SHA-256")
+    assert tools.configs("--describe", *user) == ""
