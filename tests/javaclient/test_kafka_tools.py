@@ -133,7 +133,8 @@ def test_kafka_client_metrics_alters_lists_describes_and_deletes(tools: Tools) -
 
     generated = tools.client_metrics(
         "--alter", "--generate-name", "--metrics", "org.apache.kafka.consumer.",
-        "--interval", "2000", "--match", "client_id=kt-.*", "--match", "client_software_name=apache-kafka-java",
+        "--interval", "2000", "--match", "client_id=kt-.*",
+        "--match", "client_software_name=apache-kafka-java",
     )  # fmt: skip
     [name] = GENERATED.findall(generated)
     assert tools.subscription(name) == {
