@@ -31,7 +31,7 @@ from telemetry.admin.authorizer import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, pri
 from telemetry.admin.plane import unsupported_resource_message
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.kafka_connection import CloseConnectionError
-from telemetry.metastore import CLIENT_METRICS_RESOURCE
+from telemetry.metastore import CLIENT_METRICS_RESOURCE, with_kafka_key_names
 from telemetry.wire import ApiVersion, UnsupportedVersionError
 from telemetry.wire.admin_apis import (
     ADMIN_VERSIONS,
@@ -230,7 +230,9 @@ class KafkaAdminHandlers:
                 error_message=str(refusal),
                 throttle_time_ms=throttle,
             )
-        return DescribeClientQuotasResponse(entries=entries, throttle_time_ms=throttle)
+        return DescribeClientQuotasResponse(
+            entries=with_kafka_key_names(entries), throttle_time_ms=throttle
+        )
 
     # -- changes -----------------------------------------------------------------------------
 

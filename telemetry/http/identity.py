@@ -21,8 +21,9 @@ identity, across requests and server restarts):
   per process for SDKs that set it (the Python SDK does). An id whose text
   form would start with ``-`` (Kafka never hands those out) is re-derived
   with a counter appended, so the rule stays deterministic.
-* ``principal`` is ``User:ANONYMOUS``; source address and port are the
-  connection's.
+* ``principal`` is the connection's (:mod:`telemetry.http.principal`: the
+  client certificate's subject with mTLS, else ``User:ANONYMOUS``); source
+  address and port are the connection's.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 __all__ = [
-    "ANONYMOUS",
     "OTLP_INSTANCE_NAMESPACE",
     "IdentityCache",
     "OtlpIdentity",
@@ -52,7 +52,6 @@ __all__ = [
 
 #: The UUIDv5 namespace of OTLP client instance ids: ``uuid5(NAMESPACE_URL, "urn:kip714:otlp")``.
 OTLP_INSTANCE_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")
-ANONYMOUS: Final = "User:ANONYMOUS"
 
 _WANTED: Final = frozenset(
     {

@@ -10,7 +10,8 @@ same. What HTTP adds:
   its other fields in ``Kip714-*`` headers, so a payload is never re-encoded.
   The Kafka request header's client id and ApiVersions' software name and
   version travel in the same request (JSON fields or headers); the source
-  address and port are the connection's; the principal is anonymous.
+  address and port are the connection's; the principal is the client
+  certificate's subject with mTLS, else anonymous (:mod:`telemetry.http.principal`).
 * The answer is a JSON object with the response's fields and the error code
   (and its name). HTTP status 200 carries every Kafka outcome, errors and
   quota throttles included, except a refusal that names a wait
@@ -18,7 +19,7 @@ same. What HTTP adds:
   429 with ``Retry-After``. A request that cannot be read as these messages
   (a Kafka broker would close the connection) is HTTP 400 with error code
   INVALID_REQUEST.
-* Client quotas apply per (``ANONYMOUS``, the request's client id), as on
+* Client quotas apply per (principal, the request's client id), as on
   the Kafka listener; the muted channel that serves a throttle there is
   emulated per entity (:mod:`telemetry.http.throttle`): while muted, the
   entity's requests are 429 THROTTLING_QUOTA_EXCEEDED with the time left,
@@ -44,10 +45,11 @@ from aiohttp import web
 
 from telemetry.client_instance import RequestContext
 from telemetry.client_uuid import ZERO_UUID, Uuid
-from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
+from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
 from telemetry.http.otlp import peer
+from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import PushContext
 from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
@@ -143,7 +145,10 @@ def _instance_id(text: str | None, name: str) -> Uuid | None:
 
 
 def _context(
-    request: web.Request, client_id: str | None, software: tuple[str | None, str | None]
+    request: web.Request,
+    user: str,
+    client_id: str | None,
+    software: tuple[str | None, str | None],
 ) -> RequestContext:
     address, port = peer(request)
     return RequestContext(
@@ -153,12 +158,13 @@ def _context(
         client_source_port=port or 0,
         client_software_name=software[0],
         client_software_version=software[1],
+        principal=principal(user),
     )
 
 
-def _entity(client_id: str | None) -> ClientEntity:
+def _entity(user: str, client_id: str | None) -> ClientEntity:
     # Kafka reads a null client id as "".
-    return ClientEntity(ANONYMOUS_USER, client_id or "")
+    return ClientEntity(user, client_id or "")
 
 
 class GetSubscriptionsHandler:
@@ -199,7 +205,8 @@ class GetSubscriptionsHandler:
         instance_id = _instance_id(
             _optional_string(document, "client_instance_id"), "client_instance_id"
         )
-        ingest, entity = self._ingest, _entity(client_id)
+        user = request_user(request)
+        ingest, entity = self._ingest, _entity(user, client_id)
         quotas, now_ms = ingest.quotas, ingest.clock()
         if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
             # A throttle an earlier response carried is still running: Kafka's muted channel.
@@ -217,7 +224,7 @@ class GetSubscriptionsHandler:
                 )
                 return _answer(_get_fields(_THROTTLED_GET, throttle_ms))
         answer = ingest.manager.get_telemetry_subscriptions(
-            client_instance_id, _context(request, client_id, software), now_ms
+            client_instance_id, _context(request, user, client_id, software), now_ms
         )
         quota_ms = quotas.finish_request(entity, time.perf_counter_ns() - started_ns, now_ms)
         return _answer(_get_fields(answer, max(answer.throttle_time_ms, quota_ms)))
@@ -279,15 +286,16 @@ class PushHandler:
         if terminating_text not in _BOOLEANS:
             raise _BadRequestError(f"{TERMINATING} is true or false, not {terminating_text!r}")
         client_id = headers.get(CLIENT_ID)
+        user = request_user(request)
         context = _context(
-            request, client_id, (headers.get(SOFTWARE_NAME), headers.get(SOFTWARE_VERSION))
+            request, user, client_id, (headers.get(SOFTWARE_NAME), headers.get(SOFTWARE_VERSION))
         )
         ingest = self._ingest
         # One byte past the limit is enough for the manager to answer
         # TELEMETRY_TOO_LARGE in Kafka's order of checks; the rest is never read.
         metrics = await read_prefix(request, ingest.manager.config.max_bytes + 1)
         started_ns = time.perf_counter_ns()
-        entity, quotas, now_ms = _entity(client_id), ingest.quotas, ingest.clock()
+        entity, quotas, now_ms = _entity(user, client_id), ingest.quotas, ingest.clock()
         if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
             # A throttle an earlier response carried is still running: Kafka's muted channel.
             return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, muted_ms))

@@ -29,14 +29,16 @@ also the ``ExportMetricsServiceRequest`` encoding. OTLP senders are not
 KIP-714 client instances: no subscription, push interval or instance cache
 applies to them, and every metric they send lands.
 
-Client quotas apply per (``ANONYMOUS``, derived client id), as on the Kafka
-listener: an accepted request records its event-loop time and its bytes as
-sent (split among its identities by the size of their resources) and is
-answered 200; OTLP has no throttle field, so a throttle it earns mutes the
-entity and its next requests are 429 until the throttle has elapsed
-(:mod:`telemetry.http.throttle`). The sender is known only once the body is
-parsed, so a muted sender's request is read and parsed, then refused whole
-(unlogged, unrecorded) if any of its identities is muted.
+Client quotas apply per (principal, derived client id), as on the Kafka
+listener (the principal is the client certificate's subject with mTLS, else
+``ANONYMOUS``; :mod:`telemetry.http.principal`): an accepted request records
+its event-loop time and its bytes as sent (split among its identities by the
+size of their resources) and is answered 200; OTLP has no throttle field, so
+a throttle it earns mutes the entity and its next requests are 429 until the
+throttle has elapsed (:mod:`telemetry.http.throttle`). The sender is known
+only once the body is parsed, so a muted sender's request is read and
+parsed, then refused whole (unlogged, unrecorded) if any of its identities
+is muted.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
+from telemetry.enforcement import ClientEntity
 from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
 from telemetry.http.content import (
     BodyTooLargeError,
@@ -63,8 +65,9 @@ from telemetry.http.content import (
     decode_content,
     read_body,
 )
-from telemetry.http.identity import ANONYMOUS, IdentityCache, OtlpIdentity
+from telemetry.http.identity import IdentityCache, OtlpIdentity
 from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
+from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 
@@ -177,6 +180,7 @@ class OtlpMetricsHandler:
             loop_ns = 0
             export = _parse(data, is_json)
         address, port = peer(request)
+        user = request_user(request)
         groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
         for resource in export.resource_metrics:
             identity = self._identities.identity(resource.resource, address or "")
@@ -184,7 +188,7 @@ class OtlpMetricsHandler:
         if not groups:
             return _message_response(ExportMetricsServiceResponse(), is_json)
         now_ms = ingest.clock()
-        self._refuse_if_muted(groups, now_ms)
+        self._refuse_if_muted(groups, user, now_ms)
         if len(groups) == 1:
             # Every SDK request: log the bytes as sent (the JSON form re-encoded).
             payloads = [export.SerializeToString() if is_json else data]
@@ -194,10 +198,10 @@ class OtlpMetricsHandler:
                 for resources in groups.values()
             ]
         loop_ns += time.perf_counter_ns() - started_ns
-        self._record(groups, payloads, len(body), loop_ns, now_ms)
+        self._record(groups, user, payloads, len(body), loop_ns, now_ms)
         failed = await self._append(
             [
-                (_push_context(identity, address, port, now_ms), payload)
+                (_push_context(identity, user, address, port, now_ms), payload)
                 for identity, payload in zip(groups, payloads, strict=True)
             ]
         )
@@ -216,10 +220,10 @@ class OtlpMetricsHandler:
         )
         return _message_response(response, is_json)
 
-    def _refuse_if_muted(self, groups: Collection[OtlpIdentity], now_ms: int) -> None:
+    def _refuse_if_muted(self, groups: Collection[OtlpIdentity], user: str, now_ms: int) -> None:
         """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
         quotas = self._ingest.quotas
-        muted_ms = max(quotas.muted_ms(_entity(identity), now_ms) for identity in groups)
+        muted_ms = max(quotas.muted_ms(_entity(user, identity), now_ms) for identity in groups)
         if muted_ms > 0:
             raise _RefusedError(
                 429,
@@ -231,6 +235,7 @@ class OtlpMetricsHandler:
     def _record(
         self,
         groups: Collection[OtlpIdentity],
+        user: str,
         payloads: Sequence[bytes],
         body_bytes: int,
         loop_ns: int,
@@ -245,7 +250,7 @@ class OtlpMetricsHandler:
         payload_bytes = sum(len(payload) for payload in payloads) or 1
         for identity, payload in zip(groups, payloads, strict=True):
             quotas.finish_request(
-                _entity(identity),
+                _entity(user, identity),
                 loop_ns // len(groups),
                 now_ms,
                 push_bytes=body_bytes * len(payload) // payload_bytes,
@@ -288,8 +293,8 @@ def _parse(data: bytes, is_json: bool) -> ExportMetricsServiceRequest:
     return export
 
 
-def _entity(identity: OtlpIdentity) -> ClientEntity:
-    return ClientEntity(ANONYMOUS_USER, identity.client_id or "")
+def _entity(user: str, identity: OtlpIdentity) -> ClientEntity:
+    return ClientEntity(user, identity.client_id or "")
 
 
 async def _read(request: web.Request, max_bytes: int) -> bytes:
@@ -327,7 +332,7 @@ def _log_refusal(error: BaseException) -> _RefusedError:
 
 
 def _push_context(
-    identity: OtlpIdentity, address: str | None, port: int | None, now_ms: int
+    identity: OtlpIdentity, user: str, address: str | None, port: int | None, now_ms: int
 ) -> PushContext:
     # No subscription and no push interval: 0 for both, as the landing's pushes table shows.
     return PushContext(
@@ -340,7 +345,7 @@ def _push_context(
         client_software_version=identity.client_software_version,
         client_source_address=address,
         client_source_port=port,
-        principal=ANONYMOUS,
+        principal=principal(user),
     )
 
 

@@ -33,6 +33,7 @@ from telemetry.metastore.quota_alter import (
     UnsupportedEntityTypeError,
     alter_client_quotas,
     describe_client_quotas,
+    with_kafka_key_names,
 )
 from telemetry.metastore.records import (
     ClientQuotaRecord,
@@ -81,4 +82,5 @@ __all__ = [
     "duplicate_resources",
     "merge_subscriptions",
     "static_config",
+    "with_kafka_key_names",
 ]

@@ -40,6 +40,8 @@ CLIENT_ID: Final = "client-id"
 IP: Final = "ip"
 PUSH_BYTE_RATE: Final = "push_byte_rate"
 KEY_ALIASES: Final = {"producer_byte_rate": PUSH_BYTE_RATE}
+#: The stored keys under the names Kafka's own tools know them by, for the Kafka listener.
+KAFKA_KEY_NAMES: Final = {stored: kafka for kafka, stored in KEY_ALIASES.items()}
 
 
 class _Type(enum.Enum):
@@ -248,3 +250,30 @@ def describe_client_quotas(
             )
         )
     return tuple(found)
+
+
+def with_kafka_key_names(
+    entries: tuple[DescribeClientQuotasEntry, ...],
+) -> tuple[DescribeClientQuotasEntry, ...]:
+    """The entries with each key under Kafka's name (``push_byte_rate`` as ``producer_byte_rate``).
+
+    Kafka's ``ConfigCommand`` checks every ``--delete-config`` key against what
+    DescribeClientQuotas described and refuses a key outside Kafka's
+    ``QuotaConfig`` names before it sends anything, so only Kafka's name makes
+    a quota deletable with ``kafka-configs.sh``.
+    """
+    return tuple(
+        DescribeClientQuotasEntry(
+            entity=entry.entity,
+            values=tuple(
+                sorted(
+                    (
+                        QuotaValue(key=KAFKA_KEY_NAMES.get(v.key, v.key), value=v.value)
+                        for v in entry.values
+                    ),
+                    key=lambda v: v.key,
+                )
+            ),
+        )
+        for entry in entries
+    )

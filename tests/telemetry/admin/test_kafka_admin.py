@@ -228,7 +228,8 @@ async def test_quotas_alter_and_describe_through_the_wire(tmp_path: Path) -> Non
     assert isinstance(described, DescribeClientQuotasResponse)
     assert described.entries is not None
     [entry] = described.entries
-    assert [(v.key, v.value) for v in entry.values] == [("push_byte_rate", 1024.0)]
+    # Kafka's name for the key, so Kafka's ConfigCommand can delete it again.
+    assert [(v.key, v.value) for v in entry.values] == [("producer_byte_rate", 1024.0)]
     assert [(c.user, c.client_id, c.push_byte_rate) for c in in_force.clients] == [
         ("<default>", None, 1024.0)
     ]
