@@ -41,10 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kip714",
         description=(
-            "Collects Apache Kafka client telemetry (KIP-714): Kafka clients push their "
-            "metrics to kip714, which enforces Kafka's quotas on its Kafka listener "
-            "(push byte rate, request time and instance creations per client; connection "
-            "counts, creation rates, idle time and request memory), logs every push "
+            "Collects Apache Kafka client telemetry (KIP-714): Kafka clients (directly, or "
+            "through a Kafka broker's plugin) and OpenTelemetry SDKs push their metrics to "
+            "kip714, which enforces Kafka's quotas (push byte rate, request time and "
+            "instance creations per client on every listener; connection counts, creation "
+            "rates, idle time and request memory on the Kafka listener), logs every push "
             "durably, lands it in Parquet and rolls it up with Spark."
         ),
     )
