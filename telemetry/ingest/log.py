@@ -154,6 +154,9 @@ class IngestLog:
             raise LogFailedError(f"ingest log failed earlier: {self._failure}") from self._failure
         if self._closing:
             raise LogClosedError("ingest log is closed")
+        if len(payload) > self._max_frame:
+            # Refused before encode_frame checksums every byte of it on the loop.
+            raise RecordTooLargeError(f"payload of {len(payload)} bytes exceeds {self._max_frame}")
         offset = self._next_offset
         head, length = encode_frame(offset, context, payload)
         if length > self._max_frame:

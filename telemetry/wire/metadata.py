@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Self
 
 from telemetry.errors import ErrorCode
+from telemetry.wire.errors import MalformedFrameError
 from telemetry.wire.primitives import ZERO_UUID, Reader, Writer
 
 if TYPE_CHECKING:
@@ -29,6 +30,10 @@ _FLEXIBLE_SINCE: Final = 9
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
 """``Errors.UNKNOWN_TOPIC_OR_PARTITION``: a topic asked for by name that kip714 does not have."""
 
+#: Topics one Metadata request may name. kip714 answers each with an error
+#: entry of 10+ bytes, so an 8 MiB frame of empty names would build a
+#: response several times its size; no client asks for this many.
+MAX_METADATA_TOPICS: Final = 10_000
 UNKNOWN_TOPIC_ID: Final = 100
 """``Errors.UNKNOWN_TOPIC_ID``: a topic asked for by id only (v12+)."""
 
@@ -77,6 +82,10 @@ class MetadataRequest:
             count = reader.nullable_array_length(flexible)
         else:
             count = reader.array_length(flexible) or None
+        if count is not None and count > MAX_METADATA_TOPICS:
+            raise MalformedFrameError(
+                f"Metadata names {count} topics, more than {MAX_METADATA_TOPICS}"
+            )
         topics = (
             None
             if count is None

@@ -6,6 +6,7 @@ here every served version is driven over loopback with the repo's wire client.
 
 from __future__ import annotations
 
+import struct
 import tracemalloc
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from telemetry.wire.coordinator_messages import (
     COORDINATOR_NOT_AVAILABLE_MESSAGE,
     MAX_COORDINATOR_KEYS,
 )
+from telemetry.wire.metadata import MAX_METADATA_TOPICS, MetadataResponse
 from telemetry.wire.primitives import Writer
 from tests.telemetry.kafka_wire_client import raw_header, running_server, serves_telemetry, sized
 
@@ -118,3 +120,30 @@ async def test_a_lookup_of_a_million_keys_costs_its_frame_not_a_million_answers(
         assert await serves_telemetry(server)
     # The frame is read (and copied) whole; nothing is built per key.
     assert peak < 4 * len(frame)
+
+
+def metadata_naming(topics: int) -> bytes:
+    """Metadata v1 naming ``topics`` empty topic names: two bytes each on the wire."""
+    body = struct.pack(">i", topics) + b"\x00\x00" * topics
+    return sized(raw_header(3, 1, 1, tags=False) + body)
+
+
+async def test_a_metadata_request_naming_too_many_topics_is_refused_unanswered(
+    tmp_path: Path,
+) -> None:
+    """Every named topic gets an error entry several times its size, so their number is capped."""
+    async with running_server(tmp_path, max_frame_bytes=2 * 1024 * 1024) as server:
+        at_bound = await server.connect("many-topics")
+        await at_bound.write(metadata_naming(MAX_METADATA_TOPICS))
+        _, answer = await at_bound.receive(ApiKey.METADATA, 1, MetadataResponse)
+        await at_bound.close()
+        hostile = await server.connect("hostile")
+        await hostile.write(metadata_naming(MAX_METADATA_TOPICS + 1))
+        closed = await hostile.closed_by_server()
+        await hostile.close()
+        assert await serves_telemetry(server)
+        malformed = server.listener.stats.closed_for["malformed"]
+
+    assert len(answer.topics) == MAX_METADATA_TOPICS
+    assert closed
+    assert malformed == 1
