@@ -32,6 +32,7 @@ from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.metrics import HttpIngestCollector
+from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http_app import create_app
 from telemetry.http_forward import ForwardHandler
 from telemetry.ingest import IngestLog
@@ -300,8 +301,7 @@ class Server:
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
         add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
-        # The ingestion routes decode Content-Encoding themselves, bounded.
-        self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+        self._runner = web.AppRunner(app, **RUNNER_OPTIONS)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,

@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 from telemetry.http.kip714 import GET_ROUTE, PUSH_ROUTE, GetSubscriptionsHandler, PushHandler
 from telemetry.http.otlp import ROUTE as OTLP_ROUTE
 from telemetry.http.otlp import OtlpMetricsHandler
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from aiohttp import web
 
     from telemetry.http.ingest import HttpIngest
 
-__all__ = ["add_ingest_routes"]
+__all__ = ["RUNNER_OPTIONS", "add_ingest_routes"]
+
+#: How the app is served (``web.AppRunner(app, **RUNNER_OPTIONS)``): the routes
+#: decode ``Content-Encoding`` themselves, with a bound on the output; and the
+#: rest of a body refused early (413) is read for at most a second after the
+#: answer — aiohttp's lingering close waits 10 s by default, and a stopping
+#: server would wait that long for a client still sending.
+RUNNER_OPTIONS: Final[Mapping[str, Any]] = {
+    "access_log": None,
+    "auto_decompress": False,
+    "lingering_time": 1.0,
+}
 
 
 def add_ingest_routes(app: web.Application, ingest: HttpIngest) -> None:
     """``POST /v1/metrics``, ``/v1/telemetry/subscriptions`` and ``/v1/telemetry/push``.
 
-    Serve the app with ``auto_decompress=False`` (``web.AppRunner(app,
-    auto_decompress=False)``): the routes decode ``Content-Encoding``
-    themselves, with a bound on the output.
+    Serve the app with :data:`RUNNER_OPTIONS`.
     """
     otlp = OtlpMetricsHandler(ingest)
 

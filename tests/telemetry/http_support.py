@@ -25,6 +25,7 @@ from aiohttp import web
 
 from telemetry.errors import ErrorCode
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http.throttle import MAX_MUTED_ENTITIES
 from telemetry.kafka_listener import wall_clock_ms
 from telemetry.wire import GetTelemetrySubscriptionsResponse, PushTelemetryResponse
@@ -101,7 +102,7 @@ async def running_http(
     )
     app = web.Application()
     add_ingest_routes(app, ingest)
-    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+    runner = web.AppRunner(app, **RUNNER_OPTIONS)
     await runner.setup()
     try:
         site = web.TCPSite(runner, LOOPBACK, 0)

@@ -134,3 +134,27 @@ async def test_a_cancelled_stop_still_drains_every_exporter_and_closes_the_log(
 
 def exported_offsets(path: Path) -> set[int]:
     return {json.loads(line)["push_offset"] for line in path.read_text().splitlines() if line}
+
+
+async def test_stop_is_not_held_by_an_http_client_that_never_sends_its_refused_body(
+    tmp_path: Path,
+) -> None:
+    """A 413 answered before the body is read must not keep a stopping server for long.
+
+    aiohttp reads the rest of such a body after the answer (lingering close) for
+    10 s by default; kip714 serves with one second, so ``stop`` ends well
+    within the bound below.
+    """
+    async with running(tmp_path, config(tmp_path)) as server:
+        assert server.http_address is not None
+        reader, writer = await asyncio.open_connection(*server.http_address)
+        writer.write(
+            b"POST /v1/metrics HTTP/1.1\r\nHost: kip714\r\n"
+            b"Content-Type: application/x-protobuf\r\n"
+            b"Content-Length: 104857600\r\n\r\n" + bytes(1024)
+        )
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), 10)
+        await asyncio.wait_for(server.stop(), 5)
+        writer.close()
+    assert status_line.startswith(b"HTTP/1.1 413")
