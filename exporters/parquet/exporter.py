@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, final
 
 from exporters.api import LoggedPush, TransientExportError
+from exporters.cancellation import run_to_completion
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
-from exporters.parquet.cancellation import run_to_completion
 from exporters.parquet.log_epoch import LogEpoch, open_landing
 from exporters.parquet.pool import WorkerFailedError, WorkerHandle
 from exporters.parquet.retention import landing_retention

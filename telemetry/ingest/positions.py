@@ -15,7 +15,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from telemetry.cancellation import run_to_completion
+from exporters.cancellation import run_to_completion
 from telemetry.ingest.segment import fsync_directory
 
 if TYPE_CHECKING:

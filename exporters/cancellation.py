@@ -6,6 +6,10 @@ the caller already moved on (a second save of the same temp file, a closed
 descriptor reused under a running ``writev``). ``run_to_completion`` lets the
 step and its bookkeeping finish, then delivers the cancellation: the cost is
 one bounded disk operation of delay, the gain is that no state is half-done.
+
+Shared by the exporters (the landing's publication) and the server (the
+ingest log's writes and positions saves); it lives here because exporters
+never import the server, while the server may import exporters.
 """
 
 from __future__ import annotations
