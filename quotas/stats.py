@@ -380,7 +380,9 @@ class Rate:
         # A sum's rate, on the ring's columns (every quota check comes here):
         # Kafka's steps, the purge only when due, the window from the cached
         # oldest start.
-        if now_ms - ring[_LAST_FLOOR] >= config.samples * config.time_window_ms:
+        window_ms = config.time_window_ms
+        samples = config.samples
+        if now_ms - ring[_LAST_FLOOR] >= samples * window_ms:
             stat.purge_obsolete_samples(config, now_ms)
         if _PLAIN_SUM:
             total = sum(ring[_HEADER::_FIELDS], 0.0)
@@ -389,13 +391,12 @@ class Rate:
             for value in ring[_HEADER::_FIELDS]:
                 total += value  # left to right, as Kafka's loop
         total_elapsed_ms = now_ms - ring[_OLDEST_START]
-        window_ms = config.time_window_ms
         full_windows = (
             total_elapsed_ms // window_ms
             if total_elapsed_ms >= 0
             else -(-total_elapsed_ms // window_ms)
         )
-        min_full_windows = config.samples - 1
+        min_full_windows = samples - 1
         if full_windows < min_full_windows:
             total_elapsed_ms += (min_full_windows - full_windows) * window_ms
         # max(total_elapsed_ms, 1), without the builtin's call (NaN kept as max keeps it).
