@@ -158,9 +158,7 @@ class ClientQuotas:
                 )
         request_manager = self.request_time
         request_ms = (
-            request_manager.record_and_get_throttle_time_ms(
-                user, client_id, request_nanos, now_ms
-            )
+            request_manager.record_and_get_throttle_time_ms(user, client_id, request_nanos, now_ms)
             if request_manager.quotas_enabled
             else 0
         )
