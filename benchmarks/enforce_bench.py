@@ -10,7 +10,10 @@ in the same run:
    clients' p99 with and without the abuser (target <= 1.2x);
 2. **cost**: ``ack_bench``'s closed loop (acknowledged pushes/s) on a server
    without quotas and on one whose quotas cover every request but never
-   throttle, so every request is recorded (target: <= 10 % slower);
+   throttle, so every request is recorded (target: <= 10 % slower); the two
+   servers take turns ``--cost-rounds`` times and the medians are compared.
+   First, in process, what ``ClientQuotas.finish_request`` (called once per
+   request) costs with that quota over 400 clients beside no quota at all;
 3. **slow peers**: 1,000 connections each send most of a big frame and stall;
    the server's RSS over its baseline against ``queued_max_request_bytes``
    (target: <= the bound + 100 MiB), and when an ordinary client is served.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -36,6 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loadgen import LoadSpec, PhaseResult, build_payloads, percentile, run_load
 from ack_bench import Kip714Server, server_config
 
+from telemetry.enforcement.client_quotas import ClientQuotas
+from telemetry.enforcement.entity import ClientEntity
+from telemetry.enforcement.settings import ClientQuotaSettings, QuotaSettings
 from telemetry.wire import (
     SIZE_PREFIX,
     ApiKey,
@@ -136,26 +143,73 @@ COST_QUOTAS: Final = (
 )
 
 
+#: COST_QUOTAS as settings, for the in-process measure of ``finish_request``.
+COST_SETTINGS: Final = QuotaSettings(clients=(ClientQuotaSettings(
+    client_id="<default>", push_byte_rate=1e12, request_percentage=1e9,
+    controller_mutation_rate=1e9,
+),))  # fmt: skip
+
+
+def finish_request_ns(settings: QuotaSettings, clients: int, repeats: int) -> float:
+    """Median ns per ``finish_request`` (a push: its time and bytes) at steady state.
+
+    Every client first records in more than ``window_num`` windows, so the
+    sample rings are full and recycling, as in a server up for a while.
+    """
+    quotas = ClientQuotas(settings)
+    entities = [ClientEntity("ANONYMOUS", f"kip714-bench-{i}") for i in range(clients)]
+    finish = quotas.finish_request
+    step_ms = 37  # windows keep completing between rounds
+    now_ms = 1_700_000_000_000
+    for _ in range((settings.window_num + 2) * settings.window_size_s * 1000 // step_ms):
+        now_ms += step_ms
+        for entity in entities:
+            finish(entity, 50_000, now_ms, push_bytes=2_000)
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter_ns()
+        for _ in range(10):
+            now_ms += step_ms
+            for entity in entities:
+                finish(entity, 50_000, now_ms, push_bytes=2_000)
+        samples.append((time.perf_counter_ns() - started) / (10 * clients))
+    return statistics.median(samples)
+
+
+def finish_request_cost() -> None:
+    bare = finish_request_ns(QuotaSettings(), 400, 15)
+    configured = finish_request_ns(COST_SETTINGS, 400, 15)
+    print(f"{'finish_request, no quota':<34}: {bare:,.0f} ns per request (median)", flush=True)
+    print(f"{'finish_request, quota, 400 clients':<34}: {configured:,.0f} ns per request"
+          f" (+{configured - bare:,.0f} ns)", flush=True)  # fmt: skip
+
+
 def cost(args: argparse.Namespace, workdir: Path) -> None:
-    rates = {}
-    for name, extra in (("without quotas", ""), ("with quotas", COST_QUOTAS)):
-        directory = workdir / name.replace(" ", "-")
-        directory.mkdir()
-        server = Kip714Server(directory, 16_384, "none")
-        _write_config(server, directory, server_config(16_384, "none") + extra)
-        server.start()
-        try:
-            spec = LoadSpec(
-                host=HOST, port=server.kafka_port, mode="closed", connections=400,
-                instances=2_000, warmup_s=2.0, duration_s=args.cost_window,
-            )  # fmt: skip
-            result = run_load(spec, 2)
-        finally:
-            server.stop()
-        rates[name] = result.rate
-        print(f"{'ack closed loop ' + name:<34}: {result.rate:,.0f} acknowledged pushes/s,"
-              f" p99 {_p99_ms(result):.1f} ms", flush=True)  # fmt: skip
-    change = rates["with quotas"] / rates["without quotas"] - 1
+    finish_request_cost()
+    rates: dict[str, list[float]] = {"without quotas": [], "with quotas": []}
+    for turn in range(args.cost_rounds):
+        for name, extra in (("without quotas", ""), ("with quotas", COST_QUOTAS)):
+            directory = workdir / f"{name.replace(' ', '-')}-{turn}"
+            directory.mkdir()
+            server = Kip714Server(directory, 16_384, "none")
+            _write_config(server, directory, server_config(16_384, "none") + extra)
+            server.start()
+            try:
+                spec = LoadSpec(
+                    host=HOST, port=server.kafka_port, mode="closed", connections=400,
+                    instances=2_000, warmup_s=2.0, duration_s=args.cost_window,
+                )  # fmt: skip
+                result = run_load(spec, 2)
+            finally:
+                server.stop()
+            rates[name].append(result.rate)
+            print(f"{'ack closed loop ' + name:<34}: {result.rate:,.0f} acknowledged pushes/s,"
+                  f" p99 {_p99_ms(result):.1f} ms", flush=True)  # fmt: skip
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    if args.cost_rounds > 1:
+        print(f"{'medians without / with quotas':<34}: {medians['without quotas']:,.0f} /"
+              f" {medians['with quotas']:,.0f} acknowledged pushes/s", flush=True)  # fmt: skip
+    change = medians["with quotas"] / medians["without quotas"] - 1
     print(f"{'enforcement cost':<34}: {change:+.1%} (target >= -10%: {_verdict(change >= -0.1)})",
           flush=True)  # fmt: skip
 
@@ -251,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=30.0, help="noisy-neighbour window (s)")
     parser.add_argument("--abuser-warmup", type=float, default=15.0)
     parser.add_argument("--cost-window", type=float, default=8.0)
+    parser.add_argument("--cost-rounds", type=int, default=1, help="turns of each cost server")
     parser.add_argument("--peers", type=int, default=1000)
     parser.add_argument("--pool-mib", type=int, default=32)
     parser.add_argument("--idle-ms", type=int, default=10_000)
@@ -260,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.window, args.abuser_warmup, args.cost_window, args.peers = 6.0, 3.0, 3.0, 100
         args.idle_ms = 3000
-    if args.peers > 1000 or args.window > 120:
-        parser.error("bounded: --peers <= 1000, --window <= 120")
+    if args.peers > 1000 or args.window > 120 or not 1 <= args.cost_rounds <= 9:
+        parser.error("bounded: --peers <= 1000, --window <= 120, --cost-rounds 1-9")
     print(f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
           f" ({os.cpu_count()} cores, shared with the load generator)", flush=True)  # fmt: skip
     parts = set(args.parts.split(","))

@@ -116,10 +116,28 @@ class Sensor:
         with self._lock:
             # _record_locked, inlined: every quota check starts here.
             self._last_record_ms = now_ms
-            for metric in self._metrics:
+            metrics = self._metrics
+            for metric in metrics:
                 metric.stat.record(metric.config, value, now_ms)
             if check_quotas:
-                self._check_quotas_locked(now_ms)
+                # _check_quotas_locked, inlined (one frame less on every request).
+                for metric in metrics:
+                    config = metric.config
+                    quota = config.quota
+                    if quota is None:
+                        continue
+                    stat = metric.stat
+                    measured = stat.measure(config, now_ms)
+                    if isinstance(stat, TokenBucket):
+                        violated = measured < 0
+                    elif quota.upper:
+                        violated = not measured <= quota.bound
+                    else:
+                        violated = not measured >= quota.bound
+                    if violated:
+                        raise QuotaViolationError(
+                            metric.metric_name, measured, quota.bound, stat, config
+                        )
         for parent in self.parents:
             parent.record(value, now_ms, check_quotas)
 

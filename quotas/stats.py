@@ -16,6 +16,7 @@ doubles (up to 2⁵³ ms), so the arithmetic is Kafka's to the bit.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -27,6 +28,9 @@ _LAST_FLOOR = 1
 _HEADER = 2
 #: Numbers per window after the header: value, event count, start, last event.
 _FIELDS = 4
+#: Whether the builtin ``sum`` of floats is plain left-to-right double addition,
+#: Kafka's loop to the bit (it compensates rounding errors since Python 3.12).
+_PLAIN_SUM = sys.version_info < (3, 12)
 #: The ring of a stat that has recorded nothing; shared, never written (a ring
 #: grows by replacement).
 _NO_RING: array[float] = array("d")
@@ -376,22 +380,27 @@ class Rate:
         # A sum's rate, on the ring's columns (every quota check comes here):
         # Kafka's steps, the purge only when due, the window from the cached
         # oldest start.
-        if now_ms - ring[_LAST_FLOOR] >= config.samples * config.time_window_ms:
-            stat.purge_obsolete_samples(config, now_ms)
-        total = 0.0
-        for value in ring[_HEADER::_FIELDS]:
-            total += value  # left to right, as Kafka's loop
-        total_elapsed_ms = now_ms - ring[_OLDEST_START]
         window_ms = config.time_window_ms
+        samples = config.samples
+        if now_ms - ring[_LAST_FLOOR] >= samples * window_ms:
+            stat.purge_obsolete_samples(config, now_ms)
+        if _PLAIN_SUM:
+            total = sum(ring[_HEADER::_FIELDS], 0.0)
+        else:
+            total = 0.0
+            for value in ring[_HEADER::_FIELDS]:
+                total += value  # left to right, as Kafka's loop
+        total_elapsed_ms = now_ms - ring[_OLDEST_START]
         full_windows = (
             total_elapsed_ms // window_ms
             if total_elapsed_ms >= 0
             else -(-total_elapsed_ms // window_ms)
         )
-        min_full_windows = config.samples - 1
+        min_full_windows = samples - 1
         if full_windows < min_full_windows:
             total_elapsed_ms += (min_full_windows - full_windows) * window_ms
-        return total / (max(total_elapsed_ms, 1) / self._unit_ms)
+        # max(total_elapsed_ms, 1), without the builtin's call (NaN kept as max keeps it).
+        return total / ((1 if total_elapsed_ms < 1 else total_elapsed_ms) / self._unit_ms)
 
     def _measure_general(self, stat: SampledStat, config: MetricConfig, now_ms: int) -> float:
         """Kafka's steps; it purges twice (stat measure, windowSize), the second changes nothing."""

@@ -137,3 +137,13 @@ def test_rate_of_occurrences_and_other_units() -> None:
         per_ms.record(config, 10.0, T0)
     assert per_second.measure(config, T0) == 4.0  # 4 events over the padded 1 s
     assert per_ms.measure(config, T0) == 40.0 / 1000
+
+
+def test_rate_sums_its_windows_left_to_right_as_kafka_does() -> None:
+    # Java adds the windows' doubles in ring order: 1e16 + 1.0 rounds back to
+    # 1e16, so the total is 0.0. A compensated sum (Python 3.12's builtin
+    # sum) would find 1.0 and a different rate.
+    rate = Rate()
+    for window, value in enumerate((1e16, 1.0, -1e16)):
+        rate.record(QUOTA_CONFIG, value, T0 + window * 1000)
+    assert rate.measure(QUOTA_CONFIG, T0 + 2500) == 0.0
