@@ -43,9 +43,8 @@ class RequestQuotaManager(ClientQuotaManager):
         self, user: str | None, client_id: str | None, value: float, now_ms: int
     ) -> int:
         """Record ``value`` ns of request-thread time; return the throttle (≤ one window)."""
-        # nanos_to_percentage and super(), inlined: every request comes here.
-        return ClientQuotaManager.record_and_get_throttle_time_ms(
-            self, user, client_id, value * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
+        return super().record_and_get_throttle_time_ms(
+            user, client_id, nanos_to_percentage(value), now_ms
         )
 
     def record_no_throttle(

@@ -114,30 +114,9 @@ class Sensor:
     def record(self, value: float, now_ms: int, check_quotas: bool = True) -> None:
         """Record, then check quotas (raises ``QuotaViolationError``), then the parents."""
         with self._lock:
-            # _record_locked, inlined: every quota check starts here.
-            self._last_record_ms = now_ms
-            metrics = self._metrics
-            for metric in metrics:
-                metric.stat.record(metric.config, value, now_ms)
+            self._record_locked(value, now_ms)
             if check_quotas:
-                # _check_quotas_locked, inlined (one frame less on every request).
-                for metric in metrics:
-                    config = metric.config
-                    quota = config.quota
-                    if quota is None:
-                        continue
-                    stat = metric.stat
-                    measured = stat.measure(config, now_ms)
-                    if isinstance(stat, TokenBucket):
-                        violated = measured < 0
-                    elif quota.upper:
-                        violated = not measured <= quota.bound
-                    else:
-                        violated = not measured >= quota.bound
-                    if violated:
-                        raise QuotaViolationError(
-                            metric.metric_name, measured, quota.bound, stat, config
-                        )
+                self._check_quotas_locked(now_ms)
         for parent in self.parents:
             parent.record(value, now_ms, check_quotas)
 

@@ -145,22 +145,14 @@ class ClientQuotas:
         the three, and is recorded against its quota (Kafka's
         ``sendResponseMaybeThrottle``): the caller only applies it.
         """
-        # The managers' maybe_record_and_get_throttle_time_ms, inlined: this
-        # runs once per request, and nothing is recorded while a kind has no
-        # quota (Kafka's quotasEnabled).
         user, client_id = entity
         byte_ms = 0
         if push_bytes is not None:
-            push_manager = self.push_bytes
-            if push_manager.quotas_enabled:
-                byte_ms = push_manager.record_and_get_throttle_time_ms(
-                    user, client_id, push_bytes, now_ms
-                )
-        request_manager = self.request_time
-        request_ms = (
-            request_manager.record_and_get_throttle_time_ms(user, client_id, request_nanos, now_ms)
-            if request_manager.quotas_enabled
-            else 0
+            byte_ms = self.push_bytes.maybe_record_and_get_throttle_time_ms(
+                user, client_id, push_bytes, now_ms
+            )
+        request_ms = self.request_time.maybe_record_and_get_throttle_time_ms(
+            user, client_id, request_nanos, now_ms
         )
         if byte_ms <= 0 and request_ms <= 0 and mutation_throttle_ms <= 0:
             return NO_THROTTLE
