@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, final
 
+from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
-from exporters.cancellation import run_to_completion
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from telemetry.kafka_connection import ConnectionState
+    from telemetry.kafka.connection import ConnectionState
 
 #: Kafka's ``ClusterAuthorizationException`` default message.
 CLUSTER_AUTHORIZATION_FAILED_MESSAGE: Final = "Cluster authorization failed."

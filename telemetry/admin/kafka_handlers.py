@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Final
 from quotas import ThrottlingQuotaExceededError
 from telemetry.admin.authorizer import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, principal_of
 from telemetry.admin.plane import unsupported_resource_message
+from telemetry.admin.quota_alter import with_kafka_key_names
 from telemetry.errors import ErrorCode, TelemetryError
-from telemetry.kafka_connection import CloseConnectionError
-from telemetry.metastore import CLIENT_METRICS_RESOURCE, with_kafka_key_names
+from telemetry.kafka.connection import CloseConnectionError
+from telemetry.metastore import CLIENT_METRICS_RESOURCE
 from telemetry.wire import ApiVersion, UnsupportedVersionError
 from telemetry.wire.admin_apis import (
     ADMIN_VERSIONS,
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from telemetry.admin.authorizer import AdminAuthorizer
     from telemetry.admin.plane import AdminPlane
     from telemetry.enforcement import ClientEntity, Enforcement
-    from telemetry.kafka_connection import ConnectionState
+    from telemetry.kafka.connection import ConnectionState
     from telemetry.wire.admin_apis import AdminResponse
 
 _log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """KIP-714 over HTTP: ``POST /v1/telemetry/subscriptions`` and ``POST /v1/telemetry/push``.
 
 The two RPCs of KIP-714 with the fields of their Kafka messages, answered by
-the same :class:`~telemetry.manager.TelemetryManager` as the Kafka listener,
+the same :class:`~telemetry.core.manager.TelemetryManager` as the Kafka listener,
 so the checks, their order, the error codes and the throttle times are the
 same. What HTTP adds:
 
@@ -43,8 +43,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from telemetry.client_instance import RequestContext
-from telemetry.client_uuid import ZERO_UUID, Uuid
+from telemetry.core.client_instance import RequestContext
+from telemetry.core.client_uuid import ZERO_UUID, Uuid
+from telemetry.core.manager import (
+    AcceptedPush,
+    DeferredPush,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryResponse,
+)
 from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
@@ -52,14 +58,8 @@ from telemetry.http.otlp import peer
 from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import PushContext
-from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
-from telemetry.manager import (
-    AcceptedPush,
-    DeferredPush,
-    GetTelemetrySubscriptionsResponse,
-    PushTelemetryResponse,
-)
-from telemetry.push_completion import complete_failed_append, decompression_outcome
+from telemetry.ingress import complete_failed_append, decompression_outcome
+from telemetry.kafka.listener import INLINE_DECOMPRESSED_BYTES
 
 if TYPE_CHECKING:
     from telemetry.http.ingest import HttpIngest

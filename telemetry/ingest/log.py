@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporters.cancellation import run_to_completion
+from durable.cancellation import run_to_completion
 from telemetry.ingest.config import LogConfig
 from telemetry.ingest.errors import (
     LogClosedError,

@@ -15,7 +15,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from exporters.cancellation import run_to_completion
+from durable.cancellation import run_to_completion
 from telemetry.ingest.segment import fsync_directory
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemetry.client_instance import ClientInstance, ClientInstanceMetadata, RequestContext
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_instance import ClientInstance, ClientInstanceMetadata, RequestContext
+from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
 
 T0 = 1_700_000_000_000

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemetry.client_uuid import ONE_UUID, RESERVED, ZERO_UUID, Uuid
+from telemetry.core.client_uuid import ONE_UUID, RESERVED, ZERO_UUID, Uuid
 
 u64 = st.integers(min_value=0, max_value=2**64 - 1)
 

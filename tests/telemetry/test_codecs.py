@@ -13,7 +13,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from telemetry.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
+from telemetry.core.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
 from telemetry.errors import ErrorCode, InvalidRecordError, TelemetryTooLargeError
 from tests.telemetry.kafka_wire_client import zstd_declaring
 

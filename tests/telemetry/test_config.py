@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.config import load_settings, parse_host_port, settings_from_mapping
 from telemetry.errors import ConfigError
+from telemetry.server.config import load_settings, parse_host_port, settings_from_mapping
 
 
 def write(tmp_path: Path, text: str) -> Path:

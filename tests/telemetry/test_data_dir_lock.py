@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import pyarrow.dataset as ds
 import pytest
 
-from telemetry.data_dir_lock import LOCK_FILE, DataDirLock, DataDirLockedError, holder
 from telemetry.errors import ErrorCode
+from telemetry.server.data_dir_lock import LOCK_FILE, DataDirLock, DataDirLockedError, holder
 from tests.exporters.parquet_support import every_file_reads
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.serve_process import ServeProcess

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from exporters.api import LoggedPush, PermanentExportError, TransientExportError
-from telemetry.config import ExporterSettings
-from telemetry.exporter_host import ExporterHost
 from telemetry.ingest import IngestLog
+from telemetry.server.config import ExporterSettings
+from telemetry.server.exporter_host import ExporterHost
 from tests.telemetry.ingest.support import SMALL, context, payload
 
 if TYPE_CHECKING:

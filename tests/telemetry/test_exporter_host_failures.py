@@ -6,8 +6,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from telemetry.exporter_host import FAILING_AFTER, ExporterHost
 from telemetry.ingest import IngestLog
+from telemetry.server.exporter_host import FAILING_AFTER, ExporterHost
 from tests.telemetry.ingest.support import SMALL
 from tests.telemetry.test_exporter_host import Recorder, append, settings, until
 
@@ -51,7 +51,7 @@ class Stuck(Recorder):
 async def test_durable_offset_errors_are_logged_once_retried_and_reported_until_they_stop(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="telemetry.exporter_host")
+    caplog.set_level(logging.INFO, logger="telemetry.server.exporter_host")
     log = await IngestLog.open(tmp_path, SMALL)
     await append(log, range(5))
     exporter = FlakyDurability(broken=FAILING_AFTER + 2)

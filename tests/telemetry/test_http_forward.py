@@ -10,11 +10,9 @@ import aiohttp
 import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from telemetry.bootstrap import Server
-from telemetry.client_uuid import Uuid
-from telemetry.config import load_settings
+from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
-from telemetry.http_forward import (
+from telemetry.http.forward import (
     BROKER_ID_ATTRIBUTE,
     BROKER_LISTENER_ATTRIBUTE,
     CONTENT_TYPE,
@@ -23,6 +21,8 @@ from telemetry.http_forward import (
     decode_forward_request,
     with_broker_attributes,
 )
+from telemetry.server.bootstrap import Server
+from telemetry.server.config import load_settings
 from tests.exporters.parquet_support import read_table
 from tests.exporters.support import payload
 from tests.telemetry.kafka_wire_client import otlp_payload

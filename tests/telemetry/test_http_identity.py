@@ -7,7 +7,7 @@ import uuid
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 from telemetry.http.identity import IdentityCache, derive_identity
 
 NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")

@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from telemetry.client_instance import RequestContext
-from telemetry.client_uuid import Uuid
-from telemetry.codecs import CompressionType
+from telemetry.core.client_instance import RequestContext
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.codecs import CompressionType
+from telemetry.core.manager import AcceptedPush, PushTelemetryResponse
+from telemetry.core.settings import TelemetryConfig
 from telemetry.errors import ErrorCode
 from telemetry.http.kip714 import PushHandler
 from telemetry.ingest import LogConfig
-from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
-from telemetry.manager import AcceptedPush, PushTelemetryResponse
-from telemetry.telemetry_config import TelemetryConfig
+from telemetry.kafka.listener import INLINE_DECOMPRESSED_BYTES
 from tests.telemetry.http_support import HttpServer, kafka_uuid, running_http
 from tests.telemetry.kafka_wire_client import LOOPBACK, ManualClock, otlp_payload, running_server
 

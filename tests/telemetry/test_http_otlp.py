@@ -37,11 +37,11 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.settings import TelemetryConfig
 from telemetry.http.identity import OTLP_INSTANCE_NAMESPACE
 from telemetry.http.otlp import JSON_INLINE_BYTES
 from telemetry.ingest import LogConfig
-from telemetry.telemetry_config import TelemetryConfig
 from tests.telemetry.http_support import HttpServer, running_http
 from tests.telemetry.kafka_wire_client import T0_MS, ManualClock, running_server, zstd_stream
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 from tests.exporters.parquet_support import read_rows
 from tests.telemetry.serve_process import ServeProcess
 

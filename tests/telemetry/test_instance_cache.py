@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemetry.client_instance import ClientInstance, ClientInstanceMetadata
-from telemetry.client_uuid import Uuid
-from telemetry.instance_cache import InstanceCache
+from telemetry.core.client_instance import ClientInstance, ClientInstanceMetadata
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.instance_cache import InstanceCache
 
 T0 = 1_700_000_000_000
 

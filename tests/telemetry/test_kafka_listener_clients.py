@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_real_clients import (
     ClientKind,

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-import telemetry.codecs
-import telemetry.manager
-from telemetry.codecs import CompressionType
+import telemetry.core.codecs
+import telemetry.core.manager
+from telemetry.core.codecs import CompressionType
+from telemetry.core.settings import TelemetryConfig
 from telemetry.errors import ErrorCode
-from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
-from telemetry.telemetry_config import TelemetryConfig
+from telemetry.kafka.listener import INLINE_DECOMPRESSED_BYTES
 from telemetry.wire import ApiKey, ApiVersionsRequest, ApiVersionsResponse, PushTelemetryRequest
 from telemetry.wire import PushTelemetryResponse as WirePushResponse
 from tests.telemetry.kafka_wire_client import (
@@ -106,7 +106,7 @@ async def test_a_flood_of_failing_terminating_pushes_costs_one_decompression(
 def decompression_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(thread name, bound) of every decompression the manager runs (the real codec runs)."""
     calls: list[tuple[str, int]] = []
-    real: Callable[..., bytes] = telemetry.codecs.decompress
+    real: Callable[..., bytes] = telemetry.core.codecs.decompress
 
     def recording(
         codec: CompressionType, data: bytes, max_bytes: int, *, share_gil: bool = False
@@ -116,7 +116,7 @@ def decompression_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, in
         calls.append((threading.current_thread().name, max_bytes))
         return real(codec, data, max_bytes, share_gil=share_gil)
 
-    monkeypatch.setattr(telemetry.manager, "decompress", recording)
+    monkeypatch.setattr(telemetry.core.manager, "decompress", recording)
     return calls
 
 

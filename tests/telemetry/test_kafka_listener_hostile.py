@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
 from telemetry.wire import SIZE_PREFIX, ApiKey, ApiVersionsRequest, ApiVersionsResponse
 from tests.telemetry.kafka_real_clients import (

@@ -14,10 +14,10 @@ import cramjam
 import lz4.frame
 import pytest
 
-from telemetry.codecs import CompressionType
+from telemetry.core.codecs import CompressionType
+from telemetry.core.settings import TelemetryConfig
 from telemetry.errors import ErrorCode
 from telemetry.ingest import LogConfig
-from telemetry.telemetry_config import TelemetryConfig
 from tests.telemetry.kafka_wire_client import (
     COMPRESSORS,
     ONE_ID,

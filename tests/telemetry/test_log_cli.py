@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from telemetry import log_cli
+from telemetry.cli import log as log_cli
 from telemetry.ingest import IngestLog, LogCorruptionError
 from telemetry.ingest.positions import FILE_NAME
 from tests.telemetry.ingest.support import SMALL, context

@@ -15,18 +15,18 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemetry.client_instance import ClientInstance, RequestContext
-from telemetry.client_uuid import ONE_UUID, ZERO_UUID, Uuid
-from telemetry.codecs import CompressionType
-from telemetry.errors import ConfigError, ErrorCode
-from telemetry.manager import (
+from telemetry.core.client_instance import ClientInstance, RequestContext
+from telemetry.core.client_uuid import ONE_UUID, ZERO_UUID, Uuid
+from telemetry.core.codecs import CompressionType
+from telemetry.core.manager import (
     AcceptedPush,
     DeferredPush,
     GetTelemetrySubscriptionsResponse,
     PushTelemetryResponse,
     TelemetryManager,
 )
-from telemetry.telemetry_config import TelemetryConfig
+from telemetry.core.settings import TelemetryConfig
+from telemetry.errors import ConfigError, ErrorCode
 
 T0 = 1_700_000_000_000
 DEFAULT_INTERVAL_MS = 30_000

@@ -79,7 +79,7 @@ async def test_readyz_reports_a_log_that_ran_out_of_space_until_restarted_with_r
 async def test_readyz_reports_a_failing_exporter_once_and_recovers_when_the_disk_has_room(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="telemetry.exporter_host")
+    caplog.set_level(logging.INFO, logger="telemetry.server.exporter_host")
     with tiny_fs(tmp_path / "outfs", 256 * 1024) as outfs:
         out = outfs / "kip714.jsonl"
         async with running(tmp_path, config(out)) as server:

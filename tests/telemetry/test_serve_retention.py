@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from telemetry.config import load_settings
 from telemetry.errors import ConfigError
+from telemetry.server.config import load_settings
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:

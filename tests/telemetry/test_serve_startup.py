@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from telemetry.config import load_settings
+from telemetry.server.config import load_settings
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from tests.telemetry.server_support import INTERVAL_MS, push_names, running
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 CONFIG = """
 [subscriptions.all]

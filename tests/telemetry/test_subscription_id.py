@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemetry.client_uuid import Uuid
-from telemetry.subscription_id import (
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.subscription_id import (
     JavaConcurrentHashMapKeys,
     compute_subscription_id,
     java_hash_set_order,

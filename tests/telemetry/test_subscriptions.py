@@ -10,10 +10,9 @@ import re
 
 import pytest
 
-from telemetry.client_instance import ClientInstanceMetadata
-from telemetry.client_uuid import Uuid
-from telemetry.errors import ErrorCode, InvalidConfigError, InvalidRequestError, TelemetryError
-from telemetry.subscriptions import (
+from telemetry.core.client_instance import ClientInstanceMetadata
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.subscriptions import (
     ALLOWED_MATCH_KEYS,
     Subscription,
     SubscriptionRegistry,
@@ -21,6 +20,7 @@ from telemetry.subscriptions import (
     parse_match_patterns,
     validate_subscription,
 )
+from telemetry.errors import ErrorCode, InvalidConfigError, InvalidRequestError, TelemetryError
 
 DEFAULT_METRICS = (
     "org.apache.kafka.client.producer.partition.queue.,"

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from telemetry.client_instance import ClientInstance, ClientInstanceMetadata
-from telemetry.client_uuid import Uuid
-from telemetry.instance_cache import InstanceCache
+from telemetry.core.client_instance import ClientInstance, ClientInstanceMetadata
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.instance_cache import InstanceCache
 
 T0 = 1_700_000_000_000
 CRAFTED = 1500
@@ -78,7 +78,7 @@ def test_crafted_ids_do_not_collide_under_the_keyed_hash(crafted: list[tuple[int
 
 
 def test_the_keyed_hash_differs_between_processes_even_with_a_pinned_hash_seed() -> None:
-    script = "from telemetry.client_uuid import Uuid; print(hash(Uuid(12345, 67890)))"
+    script = "from telemetry.core.client_uuid import Uuid; print(hash(Uuid(12345, 67890)))"
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     outputs = {
         subprocess.run(

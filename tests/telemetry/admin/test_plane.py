@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.plane import AdminPlane, merge_quotas
+from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import (
     ClientQuotaSettings,
     Enforcement,
@@ -23,7 +24,6 @@ from telemetry.enforcement import (
 )
 from telemetry.errors import ErrorCode
 from telemetry.metastore import MetadataStore
-from telemetry.subscriptions import SubscriptionRegistry
 from telemetry.wire.config_messages import AlterableConfig, AlterConfigsResource
 
 if TYPE_CHECKING:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from telemetry.admin.client_metrics_alter import alter_client_metrics, duplicate_resources
 from telemetry.errors import InvalidConfigError, InvalidRequestError, TelemetryError
-from telemetry.metastore import (
-    ConfigRecord,
-    alter_client_metrics,
-    duplicate_resources,
-)
+from telemetry.metastore import ConfigRecord
 from telemetry.wire.config_messages import AlterableConfig, AlterConfigOp, AlterConfigsResource
 
 SET, DELETE, APPEND, SUBTRACT = (

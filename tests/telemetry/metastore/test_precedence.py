@@ -3,13 +3,13 @@ which layer each value comes from."""
 
 from __future__ import annotations
 
-from telemetry.metastore import (
+from telemetry.admin.precedence import (
     client_metrics_names,
     describe_client_metrics,
     merge_subscriptions,
     static_config,
 )
-from telemetry.subscriptions import Subscription, parse_match_patterns, validate_subscription
+from telemetry.core.subscriptions import Subscription, parse_match_patterns, validate_subscription
 from telemetry.wire.config_messages import ConfigSource, DescribeConfigsSynonym
 
 STATIC = Subscription(

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry.errors import InvalidRequestError
-from telemetry.metastore import (
-    ClientQuotaRecord,
-    MetadataImage,
+from telemetry.admin.quota_alter import (
     UnsupportedEntityTypeError,
     alter_client_quotas,
     describe_client_quotas,
 )
+from telemetry.errors import InvalidRequestError
+from telemetry.metastore import ClientQuotaRecord, MetadataImage
 from telemetry.wire.quota_messages import (
     AlterClientQuotasEntry,
     AlterClientQuotasResult,

@@ -24,7 +24,7 @@ from tests.telemetry.test_http_otlp import PROTOBUF, ROUTE, SDK_BODY
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 ALICE = "CN=alice,O=kip714"
 CONFIG = """

@@ -42,7 +42,7 @@ from tests.telemetry.server_support import get, running
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 CONFIG = """
 [subscriptions.all]

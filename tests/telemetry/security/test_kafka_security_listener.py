@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from scramp import ScramClient
 
-from telemetry.bootstrap import describe_security, is_loopback, warn_about_exposure
-from telemetry.config import Settings, load_settings
 from telemetry.errors import ConfigError
-from telemetry.kafka_listener import KafkaListenerConfig
+from telemetry.kafka.listener import KafkaListenerConfig
 from telemetry.metastore import (
     MetadataStoreClosedError,
     RemoveUserScramCredentialRecord,
@@ -22,6 +20,8 @@ from telemetry.metastore import (
 )
 from telemetry.security import ScramMechanism, derive_credential, salted_password
 from telemetry.security.settings import SecuritySettings
+from telemetry.server.bootstrap import describe_security, is_loopback, warn_about_exposure
+from telemetry.server.config import Settings, load_settings
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
 from telemetry.wire.admin_apis import AdminApiKey, decode_admin_response, encode_admin_request
 from telemetry.wire.headers import RequestHeader
@@ -45,7 +45,7 @@ from tests.telemetry.server_support import running
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 SECURED = """
 [security]
@@ -193,7 +193,7 @@ async def test_a_failed_append_is_answered_and_logged(
         try:
             assert server.metastore is not None
             await asyncio.to_thread(server.metastore.close)
-            with caplog.at_level(logging.ERROR, logger="telemetry.kafka_security"):
+            with caplog.at_level(logging.ERROR, logger="telemetry.kafka.authenticator"):
                 results = await alter(
                     client, AlterUserScramCredentialsRequest(upsertions=(upsertion("carol"),))
                 )
@@ -206,7 +206,7 @@ async def test_a_failed_append_is_answered_and_logged(
 async def test_without_security_anyone_may_alter_and_the_startup_line_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="telemetry.bootstrap"):
+    with caplog.at_level(logging.INFO, logger="telemetry.server.bootstrap"):
         async with running(tmp_path, "") as server:
             assert server.listener is not None
             client = await WireClient.connect(*server.listener.bound_address, "t")
@@ -260,7 +260,7 @@ def test_which_binds_count_as_loopback(host: str, loopback: bool) -> None:
 
 def test_exposure_warnings(caplog: pytest.LogCaptureFixture) -> None:
     open_everywhere = Settings(kafka=KafkaListenerConfig(host="0.0.0.0"), http_host="10.0.0.1")
-    with caplog.at_level(logging.WARNING, logger="telemetry.bootstrap"):
+    with caplog.at_level(logging.WARNING, logger="telemetry.server.bootstrap"):
         warn_about_exposure(open_everywhere)
         warn_about_exposure(Settings())
     assert [r.getMessage() for r in caplog.records] == [
@@ -268,7 +268,7 @@ def test_exposure_warnings(caplog: pytest.LogCaptureFixture) -> None:
         "that can connect may push telemetry and alter SCRAM credentials (docs/security.md)"
     ]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="telemetry.bootstrap"):
+    with caplog.at_level(logging.WARNING, logger="telemetry.server.bootstrap"):
         warn_about_exposure(
             Settings(
                 security=SecuritySettings(
@@ -398,7 +398,7 @@ async def test_a_password_check_that_raises_is_58_and_logged(
             await sasl_frame(
                 client, AdminApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN")
             )
-            with caplog.at_level(logging.ERROR, logger="telemetry.kafka_security"):
+            with caplog.at_level(logging.ERROR, logger="telemetry.kafka.authenticator"):
                 _, answer = await sasl_frame(
                     client,
                     AdminApiKey.SASL_AUTHENTICATE,

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
 
 __all__ = ["ClientInstance", "ClientInstanceMetadata", "RequestContext"]

@@ -23,19 +23,19 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from telemetry.admin.settings import AdminSettings, parse_admin
+from telemetry.core.settings import TelemetryConfig
+from telemetry.core.subscriptions import Subscription, validate_subscription
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
-from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
+from telemetry.http.forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
-from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
+from telemetry.kafka.listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
 from telemetry.security.settings import (
     SASL_MECHANISMS,
     SecuritySettings,
     TlsSettings,
     parse_password,
 )
-from telemetry.subscriptions import Subscription, validate_subscription
-from telemetry.telemetry_config import TelemetryConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
-from telemetry.client_instance import RequestContext
+from telemetry.core.client_instance import RequestContext
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.security.sasl_session import SaslSession
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError

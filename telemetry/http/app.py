@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from telemetry.http_forward import FORWARD_PATH
+from telemetry.http.forward import FORWARD_PATH
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from prometheus_client import CollectorRegistry
 
-    from telemetry.http_forward import ForwardHandler
+    from telemetry.http.forward import ForwardHandler
 
 
 def create_app(

@@ -15,7 +15,7 @@ from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededE
 from telemetry.ingest import LogFullError, RecordTooLargeError
 
 if TYPE_CHECKING:
-    from telemetry.manager import AcceptedPush, PushTelemetryResponse, TelemetryManager
+    from telemetry.core.manager import AcceptedPush, PushTelemetryResponse, TelemetryManager
 
 __all__ = ["RETRY_LATER_MS", "complete_failed_append", "decompression_outcome"]
 

@@ -55,18 +55,18 @@ from aiohttp import web
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
-from telemetry.kafka_listener import wall_clock_ms
+from telemetry.kafka.listener import wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from telemetry.http.throttle import HttpQuotas
-    from telemetry.kafka_listener import PushLog
+    from telemetry.kafka.listener import PushLog
 
 __all__ = [
     "BROKER_ID_ATTRIBUTE",

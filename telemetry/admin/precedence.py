@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from telemetry.errors import ErrorCode
-from telemetry.subscriptions import (
+from telemetry.core.subscriptions import (
     DEFAULT_INTERVAL_MS,
     INTERVAL_MS_CONFIG,
     MATCH_CONFIG,
     METRICS_CONFIG,
     validate_subscription,
 )
+from telemetry.errors import ErrorCode
 from telemetry.wire.config_messages import (
     ConfigSource,
     ConfigType,
@@ -39,7 +39,7 @@ from telemetry.wire.config_messages import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from telemetry.subscriptions import Subscription
+    from telemetry.core.subscriptions import Subscription
 
 CLIENT_METRICS_KEYS: Final = (METRICS_CONFIG, INTERVAL_MS_CONFIG, MATCH_CONFIG)
 _DEFAULTS: Final = {

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from exporters.api import Exporter, LoggedPush
-    from telemetry.config import ExporterSettings
     from telemetry.ingest import IngestLog
+    from telemetry.server.config import ExporterSettings
 
 _log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from telemetry.data_dir_lock import DataDirLock, DataDirLockedError, holder
-from telemetry.exporter_host import CONSUMER_PREFIX
 from telemetry.ingest.inspection import inspect_log
 from telemetry.ingest.positions import save_positions
+from telemetry.server.data_dir_lock import DataDirLock, DataDirLockedError, holder
+from telemetry.server.exporter_host import CONSUMER_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

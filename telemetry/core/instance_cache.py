@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
-from telemetry.client_instance import ClientInstance
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_instance import ClientInstance
+from telemetry.core.client_uuid import Uuid
 
 __all__ = ["DEFAULT_CACHE_EXPIRY_MS", "DEFAULT_CACHE_SIZE", "InstanceCache"]
 

@@ -25,32 +25,32 @@ from telemetry.admin import AdminAuthorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
-from telemetry.config import ExporterSettings, Settings, load_settings
-from telemetry.data_dir_lock import DataDirLock
+from telemetry.core.manager import TelemetryManager
+from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import Enforcement
 from telemetry.errors import ConfigError
-from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.app import create_app
+from telemetry.http.forward import ForwardHandler
 from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
-from telemetry.http_app import create_app
-from telemetry.http_forward import ForwardHandler
 from telemetry.ingest import IngestLog
-from telemetry.kafka_listener import KafkaListener, wall_clock_ms
-from telemetry.kafka_security import KafkaSecurity
-from telemetry.manager import TelemetryManager
+from telemetry.kafka.authenticator import KafkaSecurity
+from telemetry.kafka.listener import KafkaListener, wall_clock_ms
 from telemetry.metastore import MetadataStore, MetadataStoreError
 from telemetry.security.tls import server_context
-from telemetry.self_metrics import ServerCollector, make_registry
-from telemetry.subscriptions import SubscriptionRegistry
+from telemetry.server.config import ExporterSettings, Settings, load_settings
+from telemetry.server.data_dir_lock import DataDirLock
+from telemetry.server.exporter_host import ExporterHost
+from telemetry.server.self_metrics import ServerCollector, make_registry
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
     from pathlib import Path
 
     from exporters.api import Exporter
+    from telemetry.core.subscriptions import Subscription
     from telemetry.security.settings import SecuritySettings, TlsSettings
-    from telemetry.subscriptions import Subscription
 
 _log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import Final
 
 import crc32c
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 
 __all__ = [
     "JavaConcurrentHashMapKeys",

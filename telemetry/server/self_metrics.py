@@ -22,18 +22,18 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from exporters.retention import RetentionStats
-from telemetry.exporter_host import EXPORT_BUCKETS_S
+from telemetry.enforcement.metrics import quota_families
 from telemetry.ingest import FSYNC_BUCKETS_S
-from telemetry.quota_metrics import quota_families
+from telemetry.server.exporter_host import EXPORT_BUCKETS_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from exporters.retention import PeriodicRetention
-    from telemetry.exporter_host import ExporterHost
+    from telemetry.core.manager import TelemetryManager
     from telemetry.ingest import IngestLog
-    from telemetry.kafka_listener import KafkaListener
-    from telemetry.manager import TelemetryManager
+    from telemetry.kafka.listener import KafkaListener
+    from telemetry.server.exporter_host import ExporterHost
 
 
 def _buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:

@@ -46,9 +46,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from telemetry.client_instance import ClientInstance, ClientInstanceMetadata, RequestContext
-from telemetry.client_uuid import ZERO_UUID, Uuid
-from telemetry.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
+from telemetry.core.client_instance import ClientInstance, ClientInstanceMetadata, RequestContext
+from telemetry.core.client_uuid import ZERO_UUID, Uuid
+from telemetry.core.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
+from telemetry.core.instance_cache import InstanceCache
+from telemetry.core.settings import TelemetryConfig
+from telemetry.core.subscription_id import compute_subscription_id
+from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.errors import (
     ErrorCode,
     InvalidRequestError,
@@ -58,10 +62,6 @@ from telemetry.errors import (
     UnknownSubscriptionIdError,
     UnsupportedCompressionTypeError,
 )
-from telemetry.instance_cache import InstanceCache
-from telemetry.subscription_id import compute_subscription_id
-from telemetry.subscriptions import SubscriptionRegistry
-from telemetry.telemetry_config import TelemetryConfig
 
 __all__ = [
     "AcceptedPush",

@@ -26,7 +26,7 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 from telemetry.errors import ErrorCode
-from telemetry.kafka_connection import CloseConnectionError
+from telemetry.kafka.connection import CloseConnectionError
 from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from telemetry.security import (
     MAX_ITERATIONS,
@@ -69,7 +69,7 @@ from telemetry.wire.scram_messages import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from telemetry.kafka_connection import ConnectionState, PendingResponse
+    from telemetry.kafka.connection import ConnectionState, PendingResponse
     from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings

@@ -18,19 +18,20 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from telemetry import demo, log_cli
 from telemetry.admin import cli as admin_cli
-from telemetry.bootstrap import Server, StartupError
-from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
-from telemetry.data_dir_lock import DataDirLockedError
+from telemetry.cli import demo
+from telemetry.cli import log as log_cli
+from telemetry.cli.log_setup import configure_logging
 from telemetry.errors import ConfigError
-from telemetry.log_setup import configure_logging
+from telemetry.server.bootstrap import Server, StartupError
+from telemetry.server.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
+from telemetry.server.data_dir_lock import DataDirLockedError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
     from typing import Any
 
-    from telemetry.config import Settings
+    from telemetry.server.config import Settings
 
 _log = logging.getLogger(__name__)
 

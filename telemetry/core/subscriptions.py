@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
-from telemetry.client_instance import ClientInstanceMetadata
+from telemetry.core.client_instance import ClientInstanceMetadata
+from telemetry.core.subscription_id import JavaConcurrentHashMapKeys, java_hash_set_order
 from telemetry.errors import InvalidConfigError, InvalidRequestError
-from telemetry.subscription_id import JavaConcurrentHashMapKeys, java_hash_set_order
 
 __all__ = [
     "ALLOWED_MATCH_KEYS",

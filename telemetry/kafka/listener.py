@@ -44,7 +44,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.manager import AcceptedPush, DeferredPush, TelemetryManager
+from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.enforcement import (
     READ_BYTES,
     AdmissionOutcome,
@@ -54,16 +56,14 @@ from telemetry.enforcement import (
 )
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.ingest import PushContext
-from telemetry.kafka_connection import (
+from telemetry.ingress import complete_failed_append, decompression_outcome
+from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
+from telemetry.kafka.connection import (
     CloseConnectionError,
     ConnectionState,
     KafkaConnection,
     PendingResponse,
 )
-from telemetry.kafka_security import KafkaSecurity, security_api_name
-from telemetry.manager import AcceptedPush, DeferredPush, TelemetryManager
-from telemetry.manager import PushTelemetryResponse as ManagerPushResponse
-from telemetry.push_completion import complete_failed_append, decompression_outcome
 from telemetry.wire import (
     ApiKey,
     ApiVersionsRequest,

@@ -10,7 +10,7 @@ Three steps, in Kafka's order:
    APPEND / SUBTRACT add or remove comma-separated items of a LIST key
    (``metrics``, ``match``) and are INVALID_CONFIG (40) on any other key.
 3. ``ClientMetricsConfigs.validate`` judges the *merged* result
-   (:func:`telemetry.subscriptions.validate_subscription`: empty name, unknown
+   (:func:`telemetry.core.subscriptions.validate_subscription`: empty name, unknown
    key, interval range → 42; unparsable interval, bad match pattern → 40).
 
 Only keys whose value changed become ConfigRecords; an alteration that
@@ -22,16 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from telemetry.core.subscriptions import MATCH_CONFIG, METRICS_CONFIG, validate_subscription
 from telemetry.errors import InvalidConfigError, InvalidRequestError
 from telemetry.metastore.image import CLIENT_METRICS_RESOURCE
 from telemetry.metastore.records import ConfigRecord
-from telemetry.subscriptions import MATCH_CONFIG, METRICS_CONFIG, validate_subscription
 from telemetry.wire.config_messages import AlterConfigOp
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from telemetry.subscriptions import Subscription
+    from telemetry.core.subscriptions import Subscription
     from telemetry.wire.config_messages import AlterableConfig, AlterConfigsResource
 
 DUPLICATE_RESOURCE_MESSAGE: Final = "Each resource must appear at most once."
