@@ -8,21 +8,70 @@ client is told when either goes wrong is decided here, once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import TYPE_CHECKING
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Final, Protocol
 
 from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
 from telemetry.ingest import LogFullError, RecordTooLargeError
 
 if TYPE_CHECKING:
     from telemetry.core.manager import AcceptedPush, PushTelemetryResponse, TelemetryManager
+    from telemetry.ingest import PushContext
 
-__all__ = ["RETRY_LATER_MS", "complete_failed_append", "decompression_outcome"]
+__all__ = [
+    "DECOMPRESSION_NICENESS",
+    "DECOMPRESSION_THREADS",
+    "INLINE_DECOMPRESSED_BYTES",
+    "RETRY_LATER_MS",
+    "PushLog",
+    "complete_failed_append",
+    "decompression_outcome",
+    "lower_thread_priority",
+    "wall_clock_ms",
+]
 
 _log = logging.getLogger(__name__)
 
 #: The throttle of a push the log could not take for a reason other than room.
 RETRY_LATER_MS = 1000
+
+#: Decompressed output produced on the event loop (≈0.1–0.5 ms of zstd or
+#: gzip); a payload expanding further goes to the decompression threads.
+#: librdkafka's pushes are 1.5–3 KiB decompressed.
+INLINE_DECOMPRESSED_BYTES: Final = 256 * 1024
+#: Threads for large decompressions. Each holds at most one output of
+#: ``max_decompressed_bytes``; waiting pushes hold only their compressed bytes
+#: (one per connection, since a connection answers one request at a time).
+#: One thread: large pushes are the exception, and a second would let them
+#: take every core of a small machine from the event loop.
+DECOMPRESSION_THREADS: Final = 1
+#: Scheduling niceness of the decompression threads (Linux schedules threads
+#: individually): under contention the event loop, answering everybody's
+#: small pushes, gets the CPU first.
+DECOMPRESSION_NICENESS: Final = 10
+
+
+def wall_clock_ms() -> int:
+    """Kafka's ``time.milliseconds()``: the push gates and the landing use wall time."""
+    return time.time_ns() // 1_000_000
+
+
+class PushLog(Protocol):
+    """Where accepted pushes go before they are acknowledged (the ingest log)."""
+
+    def append_nowait(
+        self, context: PushContext, payload: bytes
+    ) -> tuple[int, asyncio.Future[None]]: ...
+
+
+def lower_thread_priority() -> None:
+    """Runs first in each decompression thread: nice only this thread (Linux), if allowed."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DECOMPRESSION_NICENESS)
 
 
 def complete_failed_append(

@@ -5,21 +5,7 @@ A broker running ``broker-plugin/`` has already applied KIP-714's rules
 payload, so kip714 does not judge these pushes again: it authenticates the
 broker, logs each push durably, then answers one Kafka error code per push.
 
-Why a binary framing rather than JSON: a batch holds up to megabytes of OTLP
-bytes, and base64 would cost the broker a third more to send and both sides
-a pass over every byte; the framing is as simple as Kafka's own (see
-``docs/plugin.md``)::
-
-    request := version:int8(=1) broker_id:int32 count:int32 push[count]
-    push    := client_instance_id:16 bytes  flags:int8 (0x01 terminating)
-               push_interval_ms:int32 (-1 unknown)  received_time_ms:int64
-               source_port:int32 (-1 unknown)
-               7 × string  (client_id, software_name, software_version,
-                            source_address, principal, listener, content_type)
-               payload_length:int32  payload
-    string  := length:int16 (-1 = null)  UTF-8 bytes
-
-All integers are big-endian. The reply is JSON,
+The framing is :mod:`telemetry.http.forward_codec`'s (see ``docs/plugin.md``). The reply is JSON,
 ``{"error_codes": [0, 89, …], "throttle_time_ms": 0}``: 0 logged,
 THROTTLING_QUOTA_EXCEEDED (89) retry later (the log is full),
 TELEMETRY_TOO_LARGE (118) never (bigger than
@@ -46,198 +32,38 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import struct
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from telemetry.core.client_uuid import Uuid
 from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode
+from telemetry.http.forward_codec import (
+    ForwardedPush,
+    ForwardFormatError,
+    ForwardRequest,
+    decode_forward_request,
+    with_broker_attributes,
+)
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
-from telemetry.kafka.listener import wall_clock_ms
+from telemetry.ingress import wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from telemetry.http.settings import ForwardSettings
     from telemetry.http.throttle import HttpQuotas
-    from telemetry.kafka.listener import PushLog
+    from telemetry.ingress import PushLog
 
-__all__ = [
-    "BROKER_ID_ATTRIBUTE",
-    "BROKER_LISTENER_ATTRIBUTE",
-    "CONTENT_TYPE",
-    "DEFAULT_MAX_REQUEST_BYTES",
-    "FORWARD_PATH",
-    "ForwardFormatError",
-    "ForwardHandler",
-    "ForwardRequest",
-    "ForwardSettings",
-    "ForwardedPush",
-    "decode_forward_request",
-]
+__all__ = ["FORWARD_PATH", "ForwardHandler"]
 
 _log = logging.getLogger(__name__)
 
 FORWARD_PATH: Final = "/v1/telemetry/forward"
-CONTENT_TYPE: Final = "application/x-kip714-forward"
-BROKER_ID_ATTRIBUTE: Final = "kafka.broker.id"
-BROKER_LISTENER_ATTRIBUTE: Final = "kafka.broker.listener"
-FORMAT_VERSION: Final = 1
-#: The plugin's batches are 4 MiB by default; a single push may be larger.
-DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
-_TERMINATING: Final = 0x01
-_HEAD: Final = struct.Struct(">bii")
-_PUSH_FIXED: Final = struct.Struct(">16sbiqi")
-_INT16: Final = struct.Struct(">h")
-_INT32: Final = struct.Struct(">i")
-#: The fewest bytes one push takes (no strings, empty payload): bounds ``count``.
-_MIN_PUSH: Final = _PUSH_FIXED.size + 7 * _INT16.size + _INT32.size
 #: Retryable for the plugin (87 would be final for a Kafka client; 89 is "later").
 _RETRY_LATER_MS: Final = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForwardSettings:
-    """``[forward]``: the token brokers present, and the largest request taken.
-
-    ``token`` ``None`` disables the route (403): an open forward endpoint
-    would let anyone write data that claims to come from the cluster.
-    """
-
-    token: str | None = None
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-
-
-class ForwardFormatError(ValueError):
-    """The body is not a forward request of a known version."""
-
-
-@dataclass(frozen=True, slots=True)
-class ForwardedPush:
-    client_instance_id: str
-    terminating: bool
-    push_interval_ms: int | None
-    received_time_ms: int
-    client_source_port: int | None
-    client_id: str | None
-    client_software_name: str | None
-    client_software_version: str | None
-    client_source_address: str | None
-    principal: str | None
-    listener: str | None
-    content_type: str | None
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ForwardRequest:
-    broker_id: int | None
-    pushes: list[ForwardedPush]
-
-
-def decode_forward_request(body: bytes) -> ForwardRequest:
-    """Parse a whole request; every length is checked against what is left of ``body``.
-
-    Raises:
-        ForwardFormatError: Unknown version, truncated or trailing bytes, bad UTF-8.
-    """
-    view = memoryview(body)
-    try:
-        version, broker_id, count = _HEAD.unpack_from(view, 0)
-    except struct.error:
-        raise ForwardFormatError("shorter than the request header") from None
-    if version != FORMAT_VERSION:
-        raise ForwardFormatError(f"unknown forward format version {version}")
-    position = _HEAD.size
-    if count < 0 or count > (len(body) - position) // _MIN_PUSH:
-        raise ForwardFormatError(f"push count {count} does not fit the body")
-    pushes = []
-    try:
-        for _ in range(count):
-            push, position = _decode_push(view, position)
-            pushes.append(push)
-    except struct.error:
-        raise ForwardFormatError("truncated push") from None
-    if position != len(body):
-        raise ForwardFormatError(f"{len(body) - position} bytes after the last push")
-    return ForwardRequest(None if broker_id < 0 else broker_id, pushes)
-
-
-def _decode_push(view: memoryview, position: int) -> tuple[ForwardedPush, int]:
-    raw_id, flags, interval, received_ms, port = _PUSH_FIXED.unpack_from(view, position)
-    position += _PUSH_FIXED.size
-    strings: list[str | None] = []
-    for _ in range(7):
-        (length,) = _INT16.unpack_from(view, position)
-        position += _INT16.size
-        if length < 0:
-            strings.append(None)
-            continue
-        if position + length > len(view):
-            raise ForwardFormatError("string past the end of the body")
-        try:
-            strings.append(str(view[position : position + length], "utf-8"))
-        except UnicodeDecodeError as error:
-            raise ForwardFormatError(f"invalid UTF-8: {error.reason}") from None
-        position += length
-    (length,) = _INT32.unpack_from(view, position)
-    position += _INT32.size
-    if length < 0 or position + length > len(view):
-        raise ForwardFormatError("payload past the end of the body")
-    payload = bytes(view[position : position + length])
-    position += length
-    client_id, name, version, address, principal, listener, content_type = strings
-    return (
-        ForwardedPush(
-            client_instance_id=str(Uuid.from_bytes(raw_id)),
-            terminating=bool(flags & _TERMINATING),
-            push_interval_ms=interval if interval >= 0 else None,
-            received_time_ms=received_ms,
-            client_source_port=port if 0 <= port <= 65535 else None,
-            client_id=client_id,
-            client_software_name=name,
-            client_software_version=version,
-            client_source_address=address,
-            principal=principal,
-            listener=listener,
-            content_type=content_type,
-            payload=payload,
-        ),
-        position,
-    )
-
-
-def with_broker_attributes(payload: bytes, broker_id: int | None, listener: str | None) -> bytes:
-    """``payload`` with the broker's id and listener set on every resource.
-
-    A payload that is not OTLP is logged unchanged: the landing counts it
-    as undecodable, as it would from a client connected directly.
-    """
-    if broker_id is None and listener is None:
-        return payload
-    data = MetricsData()
-    try:
-        data.ParseFromString(payload)
-    except Exception:  # upb's DecodeError, or whatever else the parser raises
-        return payload
-    ours = {BROKER_ID_ATTRIBUTE, BROKER_LISTENER_ATTRIBUTE}
-    for resource_metrics in data.resource_metrics:
-        attributes = resource_metrics.resource.attributes
-        kept = [kv for kv in attributes if kv.key not in ours]
-        del attributes[:]
-        attributes.extend(kept)
-        if broker_id is not None:
-            attributes.append(KeyValue(key=BROKER_ID_ATTRIBUTE)).value.int_value = broker_id
-        if listener is not None:
-            attributes.append(KeyValue(key=BROKER_LISTENER_ATTRIBUTE)).value.string_value = listener
-    serialized: bytes = data.SerializeToString()
-    return serialized
 
 
 class ForwardHandler:

@@ -58,8 +58,11 @@ from telemetry.http.otlp import peer
 from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import PushContext
-from telemetry.ingress import complete_failed_append, decompression_outcome
-from telemetry.kafka.listener import INLINE_DECOMPRESSED_BYTES
+from telemetry.ingress import (
+    INLINE_DECOMPRESSED_BYTES,
+    complete_failed_append,
+    decompression_outcome,
+)
 
 if TYPE_CHECKING:
     from telemetry.http.ingest import HttpIngest

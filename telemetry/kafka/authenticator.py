@@ -1,4 +1,4 @@
-"""The Kafka listener's security: SASL, SCRAM credential admin, TLS principals.
+"""The Kafka listener's security: SASL, TLS principals, and the gate to SCRAM credential admin.
 
 The listener calls :meth:`KafkaSecurity.screen` with every request frame
 before its own decoding. SaslHandshake (17), SaslAuthenticate (36),
@@ -9,12 +9,8 @@ The authenticated principal is set on the :class:`ConnectionState`, so it is
 the quota user entity, the ``principal`` of every push (the landing's
 column) and of the client instance's context.
 
-SCRAM credentials live in the metadata store, salted and hashed; an
-AlterUserScramCredentials change is appended (and fsynced) off the event
-loop before it is acknowledged. Who may describe or alter them: every
-principal when the server has no ``[security]`` section (a Kafka broker
-without an authorizer), else only ``super_users``
-(CLUSTER_AUTHORIZATION_FAILED, 31, for the others).
+The two SCRAM admin requests are handed to the ``scram_admin`` handler the
+composition root gives (``telemetry.admin.scram``), once the session admits them.
 """
 
 from __future__ import annotations
@@ -23,63 +19,40 @@ import asyncio
 import dataclasses
 import logging
 import struct
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
-from telemetry.errors import ErrorCode
 from telemetry.kafka.connection import CloseConnectionError
-from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from telemetry.security import (
-    MAX_ITERATIONS,
-    MIN_ITERATIONS,
     SaslErrorCode,
     ScramMechanism,
-    credential_from_salted_password,
 )
 from telemetry.security.errors import generic_failure_message
 from telemetry.security.plain import PLAIN
 from telemetry.security.sasl_session import AuthenticateAnswer, SaslSession, SaslState
 from telemetry.security.tls import certificate_principal_name
-from telemetry.wire import MalformedFrameError
 from telemetry.wire.admin_apis import (
     AdminApiKey,
-    AdminRequest,
     decode_admin_request,
     encode_admin_response,
 )
 from telemetry.wire.api_versions import ApiVersion, ApiVersionsResponse
-from telemetry.wire.headers import RequestHeader, read_request_header_prefix
-from telemetry.wire.primitives import Reader
+from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from telemetry.wire.scram_messages import (
-    AlterUserScramCredentialsRequest,
-    AlterUserScramCredentialsResponse,
-    AlterUserScramCredentialsResult,
-    CredentialInfo,
-    DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse,
-    DescribeUserScramCredentialsResult,
-    ScramCredentialUpsertion,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from telemetry.kafka.connection import ConnectionState, PendingResponse
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
+    from telemetry.metastore import MetadataStore
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings
 
 _log = logging.getLogger(__name__)
-
-CLUSTER_AUTHORIZATION_FAILED: Final = 31
-RESOURCE_NOT_FOUND: Final = 91
-DUPLICATE_RESOURCE: Final = 92
-UNACCEPTABLE_CREDENTIAL: Final = 93
 
 #: What ApiVersions adds for these keys.
 SECURITY_API_VERSIONS: Final = (
@@ -91,14 +64,6 @@ SECURITY_API_VERSIONS: Final = (
     ApiVersion(api_key=int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS), min_version=0, max_version=0),
 )
 _SERVED: Final = frozenset(entry.api_key for entry in SECURITY_API_VERSIONS)
-_SCRAM_ADMIN_KEYS: Final = frozenset(
-    {
-        int(AdminApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS),
-        int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS),
-    }
-)
-#: librdkafka's extra tagged-fields byte, with room for one more.
-_MAX_TRAILING_ZEROS: Final = 2
 _SASL_KEYS: Final = frozenset({int(AdminApiKey.SASL_HANDSHAKE), int(AdminApiKey.SASL_AUTHENTICATE)})
 
 
@@ -110,6 +75,14 @@ _API_NAMES: Final = {
 }
 _API_KEY: Final = struct.Struct(">h")
 _SIZE: Final = struct.Struct(">i")
+
+
+class ScramAdminHandler(Protocol):
+    """Answers DescribeUserScramCredentials and AlterUserScramCredentials (``telemetry.admin``)."""
+
+    def __call__(
+        self, state: ConnectionState, frame: bytes
+    ) -> tuple[bytes, int] | PendingResponse: ...
 
 
 def security_api_name(frame: bytes) -> str:
@@ -125,10 +98,14 @@ class KafkaSecurity:
         settings: SecuritySettings,
         store: MetadataStore | None,
         clock: Callable[[], int],
+        *,
+        scram_admin: ScramAdminHandler,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
+        #: Describe/AlterUserScramCredentials (KIP-554), served by the admin plane.
+        self.scram_admin = scram_admin
         #: Completed authentications, re-authentications and failures, for tests and metrics.
         self.authentications = 0
         self.reauthentications = 0
@@ -180,7 +157,7 @@ class KafkaSecurity:
                 f"Unexpected Kafka request of type {api_key} from an unauthenticated client"
             )
         if api_key in _SERVED:
-            return self._scram_admin(state, frame)
+            return self.scram_admin(state, frame)
         return None
 
     # -- SASL --------------------------------------------------------------------------------
@@ -306,49 +283,6 @@ class KafkaSecurity:
             return None
         return self.store.image.scram_credentials.get((username, mechanism.mechanism_id))
 
-    # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
-
-    def _authorized(self, state: ConnectionState) -> bool:
-        settings = self.settings
-        return not settings.configured or state.principal in settings.super_users
-
-    def _scram_admin(
-        self, state: ConnectionState, frame: bytes
-    ) -> tuple[bytes, int] | PendingResponse:
-        header, request = _decode_scram_admin(frame)
-        correlation_id, api_key, version = header.correlation_id, header.api_key, header.api_version
-        if isinstance(request, DescribeUserScramCredentialsRequest):
-            if not self._authorized(state):
-                refusal = DescribeUserScramCredentialsResponse(
-                    results=(),
-                    error_code=CLUSTER_AUTHORIZATION_FAILED,
-                    error_message="Cluster authorization failed.",
-                )
-                return encode_admin_response(correlation_id, api_key, version, refusal), 0
-            image = self.store.image if self.store is not None else None
-            described = describe_scram_credentials(image, request.users)
-            return encode_admin_response(correlation_id, api_key, version, described), 0
-        assert isinstance(request, AlterUserScramCredentialsRequest)
-        if self.store is None or not self._authorized(state):
-            code = (
-                CLUSTER_AUTHORIZATION_FAILED
-                if self.store is not None
-                else int(ErrorCode.UNKNOWN_SERVER_ERROR)
-            )
-            users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-            refused = AlterUserScramCredentialsResponse(
-                results=tuple(
-                    AlterUserScramCredentialsResult(user=user, error_code=code)
-                    for user in dict.fromkeys(users)
-                )
-            )
-            return encode_admin_response(correlation_id, api_key, version, refused), 0
-        results, records = alter_scram_credentials(self.store.image, request)
-        if not records:
-            answer = AlterUserScramCredentialsResponse(results=results)
-            return encode_admin_response(correlation_id, api_key, version, answer), 0
-        return _PendingAppend(self.store, records, correlation_id, version, results)
-
 
 class _PendingAuthentication:
     """A PLAIN check running in a thread; answered (on the loop) when it is done."""
@@ -379,217 +313,6 @@ class _PendingAuthentication:
             callback(self._answer(outcome))
 
         self._exchange.add_done_callback(done)
-
-
-class _PendingAppend:
-    """An AlterUserScramCredentials answered once its records are durable."""
-
-    __slots__ = ("_appended", "_correlation_id", "_results", "_version")
-
-    def __init__(
-        self,
-        store: MetadataStore,
-        records: tuple[MetadataRecord, ...],
-        correlation_id: int,
-        version: int,
-        results: tuple[AlterUserScramCredentialsResult, ...],
-    ) -> None:
-        self._correlation_id = correlation_id
-        self._version = version
-        self._results = results
-        loop = asyncio.get_running_loop()
-        self._appended = loop.run_in_executor(None, store.append, records)
-
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(appended: asyncio.Future[MetadataImage]) -> None:
-            results = self._results
-            error = None if appended.cancelled() else appended.exception()
-            if appended.cancelled() or error is not None:
-                _log.error("the metadata store could not take SCRAM credentials: %s", error)
-                results = tuple(
-                    dataclasses.replace(
-                        result,
-                        error_code=int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                        error_message="the metadata store could not record the change",
-                    )
-                    if result.error_code == 0
-                    else result
-                    for result in results
-                )
-            answer = AlterUserScramCredentialsResponse(results=results)
-            api_key = int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS)
-            callback(
-                (encode_admin_response(self._correlation_id, api_key, self._version, answer), 0)
-            )
-
-        self._appended.add_done_callback(done)
-
-
-def _decode_scram_admin(
-    frame: bytes,
-) -> tuple[RequestHeader, DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest]:
-    """``decode_admin_request``, except for trailing zero bytes after the request.
-
-    librdkafka (2.16) ends AlterUserScramCredentials with one tagged-fields byte
-    too many; Kafka's parser ignores bytes after the request, so the broker
-    accepts it. Anything else left over is still malformed.
-    """
-    reader = Reader(frame)
-    header = read_request_header_prefix(reader)
-    if header.api_key not in _SCRAM_ADMIN_KEYS or header.api_version != 0:
-        return _checked(decode_admin_request(frame))
-    reader.tagged_fields()  # both are flexible from v0: request header v2
-    if header.api_key == AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS:
-        request: DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest = (
-            AlterUserScramCredentialsRequest.read(reader, 0)
-        )
-    else:
-        request = DescribeUserScramCredentialsRequest.read(reader, 0)
-    rest = reader.remaining
-    if rest > _MAX_TRAILING_ZEROS or any(reader.raw(rest)):
-        raise MalformedFrameError(f"{rest} unexpected trailing bytes after the request")
-    return header, request
-
-
-def _checked(
-    decoded: tuple[RequestHeader, AdminRequest],
-) -> tuple[RequestHeader, DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest]:
-    header, request = decoded
-    assert isinstance(
-        request, DescribeUserScramCredentialsRequest | AlterUserScramCredentialsRequest
-    )
-    return header, request
-
-
-def describe_scram_credentials(
-    image: MetadataImage | None, users: tuple[str, ...] | None
-) -> DescribeUserScramCredentialsResponse:
-    """Kafka's ``ScramControlManager.describeScramCredentials`` over the image."""
-    by_user: dict[str, list[CredentialInfo]] = {}
-    credentials = image.scram_credentials if image is not None else {}
-    for (name, mechanism_id), credential in sorted(credentials.items()):
-        by_user.setdefault(name, []).append(
-            CredentialInfo(mechanism=mechanism_id, iterations=credential.iterations)
-        )
-    if not users:  # null or empty: every user with a credential
-        return DescribeUserScramCredentialsResponse(
-            results=tuple(
-                DescribeUserScramCredentialsResult(user=name, credential_infos=tuple(infos))
-                for name, infos in by_user.items()
-            )
-        )
-    counts: dict[str, int] = {}
-    for user in users:
-        counts[user] = counts.get(user, 0) + 1
-    results = []
-    for user in dict.fromkeys(users):
-        if counts[user] > 1:
-            results.append(
-                DescribeUserScramCredentialsResult(
-                    user=user,
-                    error_code=DUPLICATE_RESOURCE,
-                    error_message="Cannot describe SCRAM credentials for the same user twice "
-                    "in a single request",
-                )
-            )
-        elif user not in by_user:
-            results.append(
-                DescribeUserScramCredentialsResult(
-                    user=user,
-                    error_code=RESOURCE_NOT_FOUND,
-                    error_message="Attempt to describe a user credential that does not exist",
-                )
-            )
-        else:
-            results.append(
-                DescribeUserScramCredentialsResult(user=user, credential_infos=tuple(by_user[user]))
-            )
-    return DescribeUserScramCredentialsResponse(results=tuple(results))
-
-
-def _upsertion_refusal(upsertion: ScramCredentialUpsertion) -> tuple[int, str] | None:
-    if not upsertion.name:
-        return UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    if ScramMechanism.by_id(upsertion.mechanism) is None:
-        return int(SaslErrorCode.UNSUPPORTED_SASL_MECHANISM), "Unknown SCRAM mechanism"
-    if upsertion.iterations < MIN_ITERATIONS:
-        return UNACCEPTABLE_CREDENTIAL, "Too few iterations"
-    if upsertion.iterations > MAX_ITERATIONS:
-        return UNACCEPTABLE_CREDENTIAL, "Too many iterations"
-    return None
-
-
-def alter_scram_credentials(
-    image: MetadataImage, request: AlterUserScramCredentialsRequest
-) -> tuple[tuple[AlterUserScramCredentialsResult, ...], tuple[MetadataRecord, ...]]:
-    """Kafka's ``ScramControlManager.alterCredentials``: a result per user, the records to append.
-
-    A user named twice in one request fails as a whole (DUPLICATE_RESOURCE);
-    otherwise each deletion and upsertion is checked on its own: an unknown
-    mechanism (33), iterations outside 4096..16384 or an empty name (93), a
-    deletion of a credential that does not exist (91).
-    """
-    counts: dict[str, int] = {}
-    for name in [d.name for d in request.deletions] + [u.name for u in request.upsertions]:
-        counts[name] = counts.get(name, 0) + 1
-    errors: dict[str, tuple[int, str]] = {}
-    records: dict[str, list[MetadataRecord]] = {}
-    for name, count in counts.items():
-        if count > 1:
-            errors[name] = (
-                DUPLICATE_RESOURCE,
-                "A user credential cannot be altered twice in the same request",
-            )
-    for deletion in request.deletions:
-        if deletion.name in errors:
-            continue
-        mechanism = ScramMechanism.by_id(deletion.mechanism)
-        if mechanism is None:
-            errors[deletion.name] = (
-                int(SaslErrorCode.UNSUPPORTED_SASL_MECHANISM),
-                "Unknown SCRAM mechanism",
-            )
-        elif (deletion.name, mechanism.mechanism_id) not in image.scram_credentials:
-            errors[deletion.name] = (
-                RESOURCE_NOT_FOUND,
-                "Attempt to delete a user credential that does not exist",
-            )
-        else:
-            records.setdefault(deletion.name, []).append(
-                RemoveUserScramCredentialRecord(name=deletion.name, mechanism=deletion.mechanism)
-            )
-    for upsertion in request.upsertions:
-        if upsertion.name in errors:
-            continue
-        refusal = _upsertion_refusal(upsertion)
-        if refusal is not None:
-            errors[upsertion.name] = refusal
-            continue
-        mechanism = ScramMechanism.by_id(upsertion.mechanism)
-        assert mechanism is not None  # checked by _upsertion_refusal
-        credential = credential_from_salted_password(
-            mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations
-        )
-        records.setdefault(upsertion.name, []).append(
-            UserScramCredentialRecord(
-                name=upsertion.name,
-                mechanism=mechanism.mechanism_id,
-                salt=credential.salt,
-                stored_key=credential.stored_key,
-                server_key=credential.server_key,
-                iterations=credential.iterations,
-            )
-        )
-    results = tuple(
-        AlterUserScramCredentialsResult(
-            user=name,
-            error_code=errors[name][0] if name in errors else 0,
-            error_message=errors[name][1] if name in errors else None,
-        )
-        for name in counts
-    )
-    accepted = tuple(r for name, rs in records.items() if name not in errors for r in rs)
-    return results, accepted
 
 
 def _close_after(

@@ -34,7 +34,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Final
 
-from telemetry.ingest.segment import fsync_directory
+from durable.fs import fsync_dir, make_dirs
 from telemetry.metastore.image import MetadataImage
 from telemetry.metastore.records import HEADER, encode_batch, read_frames
 
@@ -119,7 +119,7 @@ class MetadataStore:
             os.O_WRONLY | os.O_APPEND | os.O_CREAT,
             0o644,
         )
-        fsync_directory(directory)
+        fsync_dir(directory)
 
     @classmethod
     def open(
@@ -138,8 +138,7 @@ class MetadataStore:
             raise ValueError(f"snapshot_interval_records must be >= 1: {snapshot_interval_records}")
         directory = data_dir / META_DIR
         if not directory.is_dir():
-            directory.mkdir(parents=True)
-            fsync_directory(directory.parent)
+            make_dirs(directory)
         for leftover in directory.glob(f"*{_TMP_SUFFIX}"):
             leftover.unlink()  # a snapshot that never reached its rename
         image, snapshot_offset = _load_snapshot(directory)
@@ -240,7 +239,7 @@ class MetadataStore:
             finally:
                 os.close(fd)
             os.replace(temporary, final)
-            fsync_directory(directory)
+            fsync_dir(directory)
             if self._segment_base != offset:
                 new_fd = os.open(
                     directory / _name(offset, SEGMENT_SUFFIX),
@@ -250,14 +249,14 @@ class MetadataStore:
                 assert self._fd is not None  # checked by the callers
                 os.close(self._fd)
                 self._fd, self._segment_base = new_fd, offset
-                fsync_directory(directory)
+                fsync_dir(directory)
             for base, path in _list(directory, SEGMENT_SUFFIX):
                 if base < offset:
                     path.unlink()
             for base, path in _list(directory, SNAPSHOT_SUFFIX):
                 if base < offset:
                     path.unlink()
-            fsync_directory(directory)
+            fsync_dir(directory)
         except OSError as error:
             # The log still holds every record, so the store stays usable; a
             # later snapshot retries. Only the bound on replay is delayed.

@@ -25,6 +25,7 @@ from telemetry.admin import AdminAuthorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
+from telemetry.admin.scram import ScramAdmin
 from telemetry.core.manager import TelemetryManager
 from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import Enforcement
@@ -35,8 +36,9 @@ from telemetry.http.forward import ForwardHandler
 from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.ingest import IngestLog
+from telemetry.ingress import wall_clock_ms
 from telemetry.kafka.authenticator import KafkaSecurity
-from telemetry.kafka.listener import KafkaListener, wall_clock_ms
+from telemetry.kafka.listener import KafkaListener
 from telemetry.metastore import MetadataStore, MetadataStoreError
 from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
@@ -230,7 +232,12 @@ class Server:
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
-        kafka_security = KafkaSecurity(security, self.admin.store, wall_clock_ms)
+        kafka_security = KafkaSecurity(
+            security,
+            self.admin.store,
+            wall_clock_ms,
+            scram_admin=ScramAdmin(security, self.admin.store),
+        )
         self.listener = KafkaListener(
             settings.kafka,
             self.manager,

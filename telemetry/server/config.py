@@ -27,9 +27,9 @@ from telemetry.core.settings import TelemetryConfig
 from telemetry.core.subscriptions import Subscription, validate_subscription
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError, TelemetryError
-from telemetry.http.forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
+from telemetry.http.settings import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
-from telemetry.kafka.listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
+from telemetry.kafka.settings import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
 from telemetry.security.settings import (
     SASL_MECHANISMS,
     SecuritySettings,

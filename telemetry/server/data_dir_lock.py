@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Final, final
 
-from telemetry.ingest.segment import fsync_directory
+from durable.fs import make_dirs
 
 __all__ = ["LOCK_FILE", "DataDirLock", "DataDirLockedError", "holder"]
 
@@ -54,7 +54,7 @@ class DataDirLock:
             OSError: The directory or the lock file cannot be created.
         """
         directory = Path(data_dir)
-        _make_directories(directory)
+        make_dirs(directory)
         fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -114,15 +114,3 @@ def _pid_in(fd: int) -> int | None:
     with contextlib.suppress(ValueError):
         return int(first_line)
     return None
-
-
-def _make_directories(directory: Path) -> None:
-    """``mkdir -p`` that fsyncs each new level's parent: the log inside must not vanish."""
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            path.mkdir()
-        fsync_directory(path.parent)

@@ -27,7 +27,7 @@ from telemetry.errors import ErrorCode
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http.throttle import MAX_MUTED_ENTITIES
-from telemetry.kafka.listener import wall_clock_ms
+from telemetry.ingress import wall_clock_ms
 from telemetry.wire import GetTelemetrySubscriptionsResponse, PushTelemetryResponse
 from tests.telemetry.kafka_wire_client import IO_TIMEOUT_S, LOOPBACK, ZERO_ID
 

@@ -36,7 +36,8 @@ from telemetry.core.settings import TelemetryConfig
 from telemetry.enforcement import Enforcement
 from telemetry.errors import ErrorCode
 from telemetry.ingest import IngestLog, LogConfig
-from telemetry.kafka.listener import KafkaListener, KafkaListenerConfig
+from telemetry.kafka.listener import KafkaListener
+from telemetry.kafka.settings import KafkaListenerConfig
 from telemetry.wire import (
     SIZE_PREFIX,
     ApiKey,

@@ -12,11 +12,11 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
-from telemetry.http.forward import (
+from telemetry.http.forward import FORWARD_PATH
+from telemetry.http.forward_codec import (
     BROKER_ID_ATTRIBUTE,
     BROKER_LISTENER_ATTRIBUTE,
     CONTENT_TYPE,
-    FORWARD_PATH,
     ForwardFormatError,
     decode_forward_request,
     with_broker_attributes,

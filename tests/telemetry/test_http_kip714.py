@@ -26,7 +26,7 @@ from telemetry.core.settings import TelemetryConfig
 from telemetry.errors import ErrorCode
 from telemetry.http.kip714 import PushHandler
 from telemetry.ingest import LogConfig
-from telemetry.kafka.listener import INLINE_DECOMPRESSED_BYTES
+from telemetry.ingress import INLINE_DECOMPRESSED_BYTES
 from tests.telemetry.http_support import HttpServer, kafka_uuid, running_http
 from tests.telemetry.kafka_wire_client import LOOPBACK, ManualClock, otlp_payload, running_server
 

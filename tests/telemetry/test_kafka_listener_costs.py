@@ -21,7 +21,7 @@ import telemetry.core.manager
 from telemetry.core.codecs import CompressionType
 from telemetry.core.settings import TelemetryConfig
 from telemetry.errors import ErrorCode
-from telemetry.kafka.listener import INLINE_DECOMPRESSED_BYTES
+from telemetry.ingress import INLINE_DECOMPRESSED_BYTES
 from telemetry.wire import ApiKey, ApiVersionsRequest, ApiVersionsResponse, PushTelemetryRequest
 from telemetry.wire import PushTelemetryResponse as WirePushResponse
 from tests.telemetry.kafka_wire_client import (

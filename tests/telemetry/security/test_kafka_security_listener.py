@@ -12,7 +12,7 @@ import pytest
 from scramp import ScramClient
 
 from telemetry.errors import ConfigError
-from telemetry.kafka.listener import KafkaListenerConfig
+from telemetry.kafka.settings import KafkaListenerConfig
 from telemetry.metastore import (
     MetadataStoreClosedError,
     RemoveUserScramCredentialRecord,

@@ -1,0 +1,466 @@
+"""The Kafka APIs kip714 serves: one request frame in, its response (or a pending one) out.
+
+Decoding, routing to the handler of each API, and the KIP-714 handlers
+themselves; the listener (``telemetry.kafka.listener``) owns the sockets and
+hands every complete frame here. The time from decoding to the response is
+the request time charged to the client's ``request_percentage`` quota (KIP-124).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from telemetry.core.client_uuid import Uuid
+from telemetry.core.manager import AcceptedPush, DeferredPush, TelemetryManager
+from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
+from telemetry.enforcement import Enforcement, Throttle
+from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.ingest import PushContext
+from telemetry.ingress import (
+    INLINE_DECOMPRESSED_BYTES,
+    PushLog,
+    complete_failed_append,
+    decompression_outcome,
+)
+from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
+from telemetry.kafka.connection import CloseConnectionError, ConnectionState, PendingResponse
+from telemetry.kafka.settings import KafkaListenerConfig
+from telemetry.wire import (
+    ApiKey,
+    ApiVersionsRequest,
+    FindCoordinatorRequest,
+    GetTelemetrySubscriptionsRequest,
+    GetTelemetrySubscriptionsResponse,
+    InitProducerIdRequest,
+    MetadataRequest,
+    PushTelemetryRequest,
+    PushTelemetryResponse,
+    RequestHeader,
+    UnsupportedApiKeyError,
+    UnsupportedVersionError,
+    api_versions_response,
+    build_metadata_response,
+    coordinator_not_available,
+    decode_request,
+    encode_response,
+    init_producer_id_response,
+    unsupported_api_versions_response,
+)
+
+if TYPE_CHECKING:
+    from collections import Counter
+    from collections.abc import Callable
+    from concurrent.futures import Executor
+
+    from telemetry.admin.kafka_handlers import KafkaAdminHandlers
+
+    #: A request handler: (connection, header, decoded request, start ns) -> the answer.
+    _Handler = Callable[
+        [ConnectionState, RequestHeader, Any, int], tuple[bytes, int] | PendingResponse
+    ]
+
+
+class KafkaApis:
+    """Kafka's ``KafkaApis``: routes each decoded request to its handler."""
+
+    def __init__(
+        self,
+        config: KafkaListenerConfig,
+        manager: TelemetryManager,
+        log: PushLog,
+        clock: Callable[[], int],
+        enforcement: Enforcement,
+        *,
+        requests: Counter[str],
+        advertised_address: Callable[[], tuple[str, int]],
+        decompressor: Executor,
+        admin: KafkaAdminHandlers | None = None,
+        security: KafkaSecurity | None = None,
+    ) -> None:
+        self.config = config
+        self.manager = manager
+        self.log = log
+        self.clock = clock
+        self.enforcement = enforcement
+        #: Requests answered, by API name (the listener's stats).
+        self.requests = requests
+        self.advertised_address = advertised_address
+        #: Threads for pushes that expand past ``INLINE_DECOMPRESSED_BYTES``.
+        self.decompressor = decompressor
+        self.admin = admin
+        self.security = security
+        #: The telemetry codec's requests: the name they are counted under, their handler.
+        self._handlers: dict[type, tuple[str, _Handler]] = {
+            PushTelemetryRequest: ("PushTelemetry", self._push),
+            GetTelemetrySubscriptionsRequest: (
+                "GetTelemetrySubscriptions",
+                self._get_subscriptions,
+            ),
+            ApiVersionsRequest: ("ApiVersions", self._api_versions),
+            MetadataRequest: ("Metadata", self._metadata),
+            FindCoordinatorRequest: ("FindCoordinator", self._find_coordinator),
+            InitProducerIdRequest: ("InitProducerId", self._init_producer_id),
+        }
+        #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
+        self._producer_ids = itertools.count(0)
+
+    def handle_frame(
+        self, state: ConnectionState, frame: bytes
+    ) -> tuple[bytes, int] | PendingResponse:
+        """Answer one request: ``(response frame, throttle ms)``, or a push still being logged.
+
+        The time from here to the response (decoding, validation,
+        decompression) is the request time charged to the client's
+        ``request_percentage`` quota (KIP-124).
+        """
+        started_ns = time.perf_counter_ns()
+        if self.security is not None:
+            answered = self.security.screen(state, frame)
+            if answered is not None:
+                self.requests[security_api_name(frame)] += 1
+                return answered
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedVersionError as error:
+            if error.header.api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer in v0 so the client can retry with a version we know.
+                self.requests["ApiVersions"] += 1
+                answer = unsupported_api_versions_response()
+                return encode_response(error.header, ApiKey.API_VERSIONS, 0, answer), 0
+            raise CloseConnectionError(str(error)) from error
+        except UnsupportedApiKeyError as error:
+            return self._admin_request(state, frame, error, started_ns)
+        # Kafka reads a null client id as "".
+        state.identify(header.client_id or "")
+        handler = self._handlers.get(type(request))
+        if handler is None:
+            raise CloseConnectionError(f"no handler for {type(request).__name__}")
+        name, handle = handler
+        self.requests[name] += 1
+        return handle(state, header, request, started_ns)
+
+    def _admin_request(
+        self,
+        state: ConnectionState,
+        frame: bytes,
+        error: UnsupportedApiKeyError,
+        started_ns: int,
+    ) -> tuple[bytes, int] | PendingResponse:
+        """An api key the telemetry codec does not know: the admin APIs', or a closed connection."""
+        admin = self.admin
+        if admin is None or not admin.serves(error.header.api_key):
+            raise CloseConnectionError(str(error)) from error
+        state.identify(error.header.client_id or "")
+        self.requests[admin.name(error.header.api_key)] += 1
+        return admin.handle(
+            state,
+            frame,
+            lambda mutation_ms: (
+                self._finish_request(state, started_ns, mutation_throttle_ms=mutation_ms).time_ms
+            ),
+        )
+
+    def _api_versions(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: ApiVersionsRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """Exactly what is served: the telemetry APIs, plus the admin and SASL ones when on."""
+        if request.client_software_name:
+            state.software(request.client_software_name, request.client_software_version)
+        throttle = self._finish_request(state, started_ns).time_ms
+        answer = api_versions_response(throttle)
+        if self.admin is not None:
+            answer = replace(answer, api_keys=answer.api_keys + self.admin.advertised)
+        if self.security is not None:
+            answer = self.security.api_versions(answer)
+        return encode_response(header, ApiKey.API_VERSIONS, header.api_version, answer), throttle
+
+    def _metadata(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: MetadataRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """kip714 itself as the only broker, and no topics."""
+        version = header.api_version
+        host, port = self.advertised_address()
+        throttle = self._finish_request(state, started_ns).time_ms
+        metadata = build_metadata_response(
+            request,
+            version,
+            node_id=self.config.node_id,
+            host=host,
+            port=port,
+            cluster_id=self.config.cluster_id,
+            throttle_time_ms=throttle,
+        )
+        return encode_response(header, ApiKey.METADATA, version, metadata), throttle
+
+    def _find_coordinator(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: FindCoordinatorRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """No coordinator exists here: retriable COORDINATOR_NOT_AVAILABLE, as Kafka answers.
+
+        A Java group consumer keeps polling (and pushing) instead of
+        throwing UnsupportedVersionException on every ``poll()``.
+        """
+        throttle = self._finish_request(state, started_ns).time_ms
+        lookup = coordinator_not_available(request, throttle)
+        return encode_response(
+            header, ApiKey.FIND_COORDINATOR, header.api_version, lookup
+        ), throttle
+
+    def _init_producer_id(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: InitProducerIdRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        """A producer id at epoch 0, so the idempotent Java producer stays out of its fatal state.
+
+        kip714 accepts no Produce, so the id only has to satisfy the client.
+        """
+        throttle = self._finish_request(state, started_ns).time_ms
+        producer = init_producer_id_response(request, next(self._producer_ids), throttle)
+        return encode_response(
+            header, ApiKey.INIT_PRODUCER_ID, header.api_version, producer
+        ), throttle
+
+    def _finish_request(
+        self,
+        state: ConnectionState,
+        started_ns: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+    ) -> Throttle:
+        """Charge the request to the client's quotas; the throttle its response carries.
+
+        Versions without a throttle field (ApiVersions v0, Metadata v0-v2)
+        are muted all the same, as Kafka mutes every throttled channel.
+        """
+        return self.enforcement.clients.finish_request(
+            state.entity,
+            time.perf_counter_ns() - started_ns,
+            self.clock(),
+            push_bytes=push_bytes,
+            mutation_throttle_ms=mutation_throttle_ms,
+        )
+
+    def _get_subscriptions(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: GetTelemetrySubscriptionsRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int]:
+        client_instance_id = Uuid.from_bytes(request.client_instance_id.bytes)
+        now_ms = self.clock()
+        if self.manager.creates_instance(client_instance_id, now_ms):
+            # KIP-599 strict: a new instance costs a token; in deficit, nothing is created.
+            refused_ms = self.enforcement.clients.admit_instance_creation(state.entity, now_ms)
+            if refused_ms > 0:
+                throttle = self._finish_request(
+                    state, started_ns, mutation_throttle_ms=refused_ms
+                ).time_ms
+                refusal = GetTelemetrySubscriptionsResponse(
+                    error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), throttle_time_ms=throttle
+                )
+                return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, refusal), (
+                    throttle
+                )
+        answer = self.manager.get_telemetry_subscriptions(
+            client_instance_id, state.context(), now_ms
+        )
+        throttle = max(answer.throttle_time_ms, self._finish_request(state, started_ns).time_ms)
+        response = GetTelemetrySubscriptionsResponse(
+            error_code=int(answer.error_code),
+            throttle_time_ms=throttle,
+            client_instance_id=uuid.UUID(bytes=answer.client_instance_id.to_bytes()),
+            subscription_id=answer.subscription_id,
+            accepted_compression_types=tuple(int(c) for c in answer.accepted_compression_types),
+            push_interval_ms=answer.push_interval_ms,
+            telemetry_max_bytes=answer.telemetry_max_bytes,
+            delta_temporality=answer.delta_temporality,
+            requested_metrics=answer.requested_metrics,
+        )
+        return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response), throttle
+
+    def _push(
+        self,
+        state: ConnectionState,
+        header: RequestHeader,
+        request: PushTelemetryRequest,
+        started_ns: int,
+    ) -> tuple[bytes, int] | PendingResponse:
+        client_instance_id = Uuid.from_bytes(request.client_instance_id.bytes)
+        now_ms = self.clock()
+        # The bytes as received, accepted or not (Kafka's produce quota
+        # records every request; an over-quota push is still accepted).
+        push_bytes = len(request.metrics)
+        if not client_instance_id.is_reserved and self.manager.creates_instance(
+            client_instance_id, now_ms
+        ):
+            # A push with an unknown id makes an instance as a GET does (Kafka's
+            # ClientMetricsManager), so it draws from the same strict bucket:
+            # otherwise made-up ids would be a way around it.
+            refused_ms = self.enforcement.clients.admit_instance_creation(state.entity, now_ms)
+            if refused_ms > 0:
+                throttle = self._finish_request(
+                    state, started_ns, push_bytes=push_bytes, mutation_throttle_ms=refused_ms
+                ).time_ms
+                refusal = ManagerPushResponse(
+                    throttle_time_ms=throttle, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+                )
+                return _push_response(header, refusal, throttle)
+        outcome = self.manager.validate_push(
+            client_instance_id=client_instance_id,
+            subscription_id=request.subscription_id,
+            terminating=request.terminating,
+            compression_type=request.compression_type,
+            metrics=None if request.metrics_was_null else request.metrics,
+            context=state.context(),
+            now_ms=now_ms,
+            inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
+        )
+
+        def finish() -> int:
+            """Record the request (its time so far, its bytes); the quota throttle."""
+            return self._finish_request(state, started_ns, push_bytes=push_bytes).time_ms
+
+        if isinstance(outcome, AcceptedPush):
+            return self._log_push(header, outcome, finish)
+        if isinstance(outcome, DeferredPush):
+            # The decompression thread's time is not the event loop's, so the
+            # request time recorded is the loop's, as for every other request.
+            return _DeferredPush(self, header, outcome, finish())
+        return _push_response(header, outcome, finish())
+
+    def _log_push(
+        self, header: RequestHeader, accepted: AcceptedPush, finish: Callable[[], int]
+    ) -> tuple[bytes, int] | PendingResponse:
+        """Append ``accepted``; ``finish`` records the request once the append is done."""
+        if not accepted.data:
+            # Null or empty metrics: nothing to log.
+            return _push_response(header, self.manager.complete_push(accepted), finish())
+        try:
+            _, durable = self.log.append_nowait(_push_context(accepted), accepted.data)
+        except Exception as error:
+            return _push_response(header, self._append_failed(accepted, error), finish())
+        return _PendingPush(self, header, accepted, durable, finish())
+
+    def _append_failed(self, accepted: AcceptedPush, error: BaseException) -> ManagerPushResponse:
+        """The push is not acknowledged; the error code tells the client when to retry."""
+        return complete_failed_append(self.manager, accepted, error)
+
+
+class _PendingPush:
+    """An accepted push waiting for its fsync; answered from the log future's callback."""
+
+    __slots__ = ("_accepted", "_apis", "_durable", "_header", "_quota_throttle_ms")
+
+    def __init__(
+        self,
+        apis: KafkaApis,
+        header: RequestHeader,
+        accepted: AcceptedPush,
+        durable: asyncio.Future[None],
+        quota_throttle_ms: int,
+    ) -> None:
+        self._apis = apis
+        self._header = header
+        self._accepted = accepted
+        self._durable = durable
+        self._quota_throttle_ms = quota_throttle_ms
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        def done(durable: asyncio.Future[None]) -> None:
+            manager = self._apis.manager
+            error = None if durable.cancelled() else durable.exception()
+            if durable.cancelled() or error is not None:
+                failure = error if error is not None else asyncio.CancelledError()
+                outcome = self._apis._append_failed(self._accepted, failure)
+            else:
+                outcome = manager.complete_push(self._accepted)
+            callback(_push_response(self._header, outcome, self._quota_throttle_ms))
+
+        self._durable.add_done_callback(done)
+
+
+class _DeferredPush:
+    """A push being decompressed in a thread, then logged; answered from callbacks, in order."""
+
+    __slots__ = ("_apis", "_decompressed", "_deferred", "_header", "_quota_throttle_ms")
+
+    def __init__(
+        self,
+        apis: KafkaApis,
+        header: RequestHeader,
+        deferred: DeferredPush,
+        quota_throttle_ms: int,
+    ) -> None:
+        self._apis = apis
+        self._header = header
+        self._deferred = deferred
+        self._quota_throttle_ms = quota_throttle_ms
+        loop = asyncio.get_running_loop()
+        self._decompressed = loop.run_in_executor(apis.decompressor, deferred.outcome)
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        def done(decompressed: asyncio.Future[bytes | TelemetryError]) -> None:
+            apis = self._apis
+            outcome = decompression_outcome(decompressed)
+            result = apis.manager.finish_deferred(self._deferred, outcome)
+            if not isinstance(result, AcceptedPush):
+                callback(_push_response(self._header, result, self._quota_throttle_ms))
+                return
+            logged = apis._log_push(self._header, result, lambda: self._quota_throttle_ms)
+            if isinstance(logged, tuple):
+                callback(logged)
+            else:
+                logged.add_done_callback(callback)
+
+        self._decompressed.add_done_callback(done)
+
+
+def _push_response(
+    header: RequestHeader, outcome: ManagerPushResponse, quota_throttle_ms: int = 0
+) -> tuple[bytes, int]:
+    """The response, carrying the longer of the quota throttle and the log's own."""
+    throttle_ms = max(outcome.throttle_time_ms, quota_throttle_ms)
+    response = PushTelemetryResponse(
+        error_code=int(outcome.error_code), throttle_time_ms=throttle_ms
+    )
+    return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), throttle_ms
+
+
+def _push_context(accepted: AcceptedPush) -> PushContext:
+    context = accepted.context
+    return PushContext(
+        client_instance_id=str(accepted.client_instance_id),
+        subscription_id=accepted.subscription_id,
+        received_time_ms=accepted.received_ms,
+        push_interval_ms=accepted.push_interval_ms,
+        terminating=accepted.terminating,
+        # Kafka reads a null client id as ""; the log keeps "absent" as None.
+        client_id=context.client_id or None,
+        client_software_name=context.client_software_name,
+        client_software_version=context.client_software_version,
+        client_source_address=context.client_source_address,
+        client_source_port=context.client_source_port,
+        principal=context.principal,
+    )
