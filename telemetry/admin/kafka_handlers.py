@@ -32,6 +32,7 @@ from telemetry.admin.plane import unsupported_resource_message
 from telemetry.admin.quota_alter import with_kafka_key_names
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.kafka.connection import CloseConnectionError
+from telemetry.kafka.pending import Pending
 from telemetry.metastore import CLIENT_METRICS_RESOURCE
 from telemetry.wire import ApiVersion, UnsupportedVersionError
 from telemetry.wire.admin_apis import (
@@ -100,22 +101,6 @@ API_NAMES: Final = {
 _THROTTLED_MESSAGE: Final = "The throttling quota has been exceeded."
 
 
-class _PendingAdmin:
-    """A change being made durable; answered from its task's callback, in order."""
-
-    __slots__ = ("_task",)
-
-    def __init__(self, task: asyncio.Task[tuple[bytes, int]]) -> None:
-        self._task = task
-
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(task: asyncio.Task[tuple[bytes, int]]) -> None:
-            if not task.cancelled():  # cancelled: the server stops, the connection closes
-                callback(task.result())
-
-        self._task.add_done_callback(done)
-
-
 class KafkaAdminHandlers:
     """Decodes admin frames and answers them from the :class:`AdminPlane`."""
 
@@ -131,7 +116,7 @@ class KafkaAdminHandlers:
         self.enforcement = enforcement
         self.clock = clock
         self.advertised = ADVERTISED
-        self._changes: set[asyncio.Task[tuple[bytes, int]]] = set()
+        self._changes: set[asyncio.Task[bytes]] = set()
 
     def serves(self, api_key: int) -> bool:
         return api_key in SERVED
@@ -141,7 +126,7 @@ class KafkaAdminHandlers:
 
     def handle(
         self, state: ConnectionState, frame: bytes, finish: Callable[[int], int]
-    ) -> tuple[bytes, int] | _PendingAdmin:
+    ) -> tuple[bytes, int] | Pending[bytes]:
         """Answer one admin request; ``finish(mutation_throttle_ms)`` charges the
         request to the client's quotas and returns the throttle its response carries.
 
@@ -256,7 +241,7 @@ class KafkaAdminHandlers:
         request: IncrementalAlterConfigsRequest,
         reply: Callable[[AdminResponse], bytes],
         finish: Callable[[int], int],
-    ) -> tuple[bytes, int] | _PendingAdmin:
+    ) -> tuple[bytes, int] | Pending[bytes]:
         resources = request.resources
         if not self.authorizer.may_alter(principal_of(state)):
             throttle = finish(0)
@@ -319,7 +304,7 @@ class KafkaAdminHandlers:
         request: AlterClientQuotasRequest,
         reply: Callable[[AdminResponse], bytes],
         finish: Callable[[int], int],
-    ) -> tuple[bytes, int] | _PendingAdmin:
+    ) -> tuple[bytes, int] | Pending[bytes]:
         entries = request.entries
         if not self.authorizer.may_alter(principal_of(state)):
             throttle = finish(0)
@@ -373,15 +358,16 @@ class KafkaAdminHandlers:
         change: Coroutine[Any, Any, bytes],
         failed: Callable[[BaseException], bytes],
         throttle: int,
-    ) -> _PendingAdmin:
-        async def answer() -> tuple[bytes, int]:
-            try:
-                return await change, throttle
-            except Exception as error:  # a bug: logged here, answered -1, the connection lives
-                _log.exception("an admin change failed")
-                return failed(error), throttle
+    ) -> Pending[bytes]:
+        """The change runs as a task (kept until done); a failure is answered -1, the connection
+        lives: a bug is logged here, and a task cancelled (the server stopping) answers too."""
 
-        task = asyncio.create_task(answer(), name="kafka-admin-change")
+        def refused(error: BaseException) -> tuple[bytes, int]:
+            if not isinstance(error, asyncio.CancelledError):
+                _log.error("an admin change failed", exc_info=error)
+            return failed(error), throttle
+
+        task = asyncio.create_task(change, name="kafka-admin-change")
         self._changes.add(task)
         task.add_done_callback(self._changes.discard)
-        return _PendingAdmin(task)
+        return Pending(task, lambda response: (response, throttle), refused)

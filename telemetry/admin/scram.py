@@ -16,6 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from telemetry.errors import ErrorCode
+from telemetry.kafka.pending import Pending
 from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from telemetry.security import (
     MAX_ITERATIONS,
@@ -45,8 +46,6 @@ from telemetry.wire.scram_messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from telemetry.kafka.connection import ConnectionState, PendingResponse
     from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
     from telemetry.security.settings import SecuritySettings
@@ -112,51 +111,28 @@ class ScramAdmin:
         if not records:
             answer = AlterUserScramCredentialsResponse(results=results)
             return encode_admin_response(correlation_id, api_key, version, answer), 0
-        return _PendingAppend(self.store, records, correlation_id, version, results)
+        appended = asyncio.get_running_loop().run_in_executor(None, self.store.append, records)
 
+        def durable(_: MetadataImage) -> tuple[bytes, int]:
+            response = AlterUserScramCredentialsResponse(results=results)
+            return encode_admin_response(correlation_id, api_key, version, response), 0
 
-class _PendingAppend:
-    """An AlterUserScramCredentials answered once its records are durable."""
-
-    __slots__ = ("_appended", "_correlation_id", "_results", "_version")
-
-    def __init__(
-        self,
-        store: MetadataStore,
-        records: tuple[MetadataRecord, ...],
-        correlation_id: int,
-        version: int,
-        results: tuple[AlterUserScramCredentialsResult, ...],
-    ) -> None:
-        self._correlation_id = correlation_id
-        self._version = version
-        self._results = results
-        loop = asyncio.get_running_loop()
-        self._appended = loop.run_in_executor(None, store.append, records)
-
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(appended: asyncio.Future[MetadataImage]) -> None:
-            results = self._results
-            error = None if appended.cancelled() else appended.exception()
-            if appended.cancelled() or error is not None:
-                _log.error("the metadata store could not take SCRAM credentials: %s", error)
-                results = tuple(
-                    dataclasses.replace(
-                        result,
-                        error_code=int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                        error_message="the metadata store could not record the change",
-                    )
-                    if result.error_code == 0
-                    else result
-                    for result in results
+        def failed(error: BaseException) -> tuple[bytes, int]:
+            _log.error("the metadata store could not take SCRAM credentials: %s", error)
+            refused = tuple(
+                dataclasses.replace(
+                    result,
+                    error_code=int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                    error_message="the metadata store could not record the change",
                 )
-            answer = AlterUserScramCredentialsResponse(results=results)
-            api_key = int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS)
-            callback(
-                (encode_admin_response(self._correlation_id, api_key, self._version, answer), 0)
+                if result.error_code == 0
+                else result
+                for result in results
             )
+            response = AlterUserScramCredentialsResponse(results=refused)
+            return encode_admin_response(correlation_id, api_key, version, response), 0
 
-        self._appended.add_done_callback(done)
+        return Pending(appended, durable, failed)
 
 
 def _decode_scram_admin(

@@ -22,6 +22,7 @@ import struct
 from typing import TYPE_CHECKING, Final, Protocol
 
 from telemetry.kafka.connection import CloseConnectionError
+from telemetry.kafka.pending import Pending
 from telemetry.security import (
     SaslErrorCode,
     ScramMechanism,
@@ -227,7 +228,19 @@ class KafkaSecurity:
             exchange = asyncio.get_running_loop().run_in_executor(
                 None, session.authenticate, token, version, now_ms
             )
-            return _PendingAuthentication(exchange, answer)
+
+            def failed(error: BaseException) -> tuple[bytes, int]:
+                _log.error("checking a SASL/PLAIN password failed: %s", error)
+                return answer(
+                    AuthenticateAnswer(
+                        error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
+                        error_message=generic_failure_message(PLAIN),
+                        close=True,
+                        reason=f"the password check failed: {error}",
+                    )
+                )
+
+            return Pending(exchange, answer, failed)
         return answer(session.authenticate(token, version, now_ms))
 
     def _failed(self, state: ConnectionState, outcome: AuthenticateAnswer) -> None:
@@ -282,37 +295,6 @@ class KafkaSecurity:
         if self.store is None:
             return None
         return self.store.image.scram_credentials.get((username, mechanism.mechanism_id))
-
-
-class _PendingAuthentication:
-    """A PLAIN check running in a thread; answered (on the loop) when it is done."""
-
-    __slots__ = ("_answer", "_exchange")
-
-    def __init__(
-        self,
-        exchange: asyncio.Future[AuthenticateAnswer],
-        answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
-    ) -> None:
-        self._exchange = exchange
-        self._answer = answer
-
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(exchange: asyncio.Future[AuthenticateAnswer]) -> None:
-            error = None if exchange.cancelled() else exchange.exception()
-            if exchange.cancelled() or error is not None:
-                _log.error("checking a SASL/PLAIN password failed: %s", error)
-                outcome = AuthenticateAnswer(
-                    error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
-                    error_message=generic_failure_message(PLAIN),
-                    close=True,
-                    reason=f"the password check failed: {error}",
-                )
-            else:
-                outcome = exchange.result()
-            callback(self._answer(outcome))
-
-        self._exchange.add_done_callback(done)
 
 
 def _close_after(
