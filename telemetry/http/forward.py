@@ -47,8 +47,8 @@ from telemetry.http.forward_codec import (
     with_broker_attributes,
 )
 from telemetry.http.throttle import retry_after_s
-from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
-from telemetry.ingress import wall_clock_ms
+from telemetry.ingest import PushContext
+from telemetry.ingress import refused_append, wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,8 +62,6 @@ __all__ = ["FORWARD_PATH", "ForwardHandler"]
 _log = logging.getLogger(__name__)
 
 FORWARD_PATH: Final = "/v1/telemetry/forward"
-#: Retryable for the plugin (87 would be final for a Kafka client; 89 is "later").
-_RETRY_LATER_MS: Final = 1000
 
 
 class ForwardHandler:
@@ -195,12 +193,8 @@ def _broker_entity(broker_id: int | None) -> ClientEntity:
 
 def _refused(error: BaseException) -> tuple[int, int]:
     """A Kafka error code and throttle time for a push the log did not take."""
-    if isinstance(error, LogFullError):
-        return int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), error.throttle_time_ms
-    if isinstance(error, RecordTooLargeError):
-        return int(ErrorCode.TELEMETRY_TOO_LARGE), 0
-    _log.error("the ingest log could not take a forwarded push: %s", error)
-    return int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), _RETRY_LATER_MS
+    code, throttle_time_ms = refused_append(error)
+    return int(code), throttle_time_ms
 
 
 def _context(push: ForwardedPush) -> PushContext:

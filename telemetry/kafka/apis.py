@@ -8,27 +8,21 @@ the request time charged to the client's ``request_percentage`` quota (KIP-124).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 import uuid
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from telemetry.core.client_uuid import Uuid
-from telemetry.core.manager import AcceptedPush, DeferredPush, TelemetryManager
 from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
+from telemetry.core.manager import TelemetryManager
 from telemetry.enforcement import Enforcement, Throttle
-from telemetry.errors import ErrorCode, TelemetryError
-from telemetry.ingest import PushContext
-from telemetry.ingress import (
-    INLINE_DECOMPRESSED_BYTES,
-    PushLog,
-    complete_failed_append,
-    decompression_outcome,
-)
+from telemetry.errors import ErrorCode
+from telemetry.ingress import RETRY_LATER_MS, Ingress, PushFields, PushLog
 from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
 from telemetry.kafka.connection import CloseConnectionError, ConnectionState, PendingResponse
+from telemetry.kafka.pending import Pending
 from telemetry.kafka.settings import KafkaListenerConfig
 from telemetry.wire import (
     ApiKey,
@@ -90,8 +84,8 @@ class KafkaApis:
         #: Requests answered, by API name (the listener's stats).
         self.requests = requests
         self.advertised_address = advertised_address
-        #: Threads for pushes that expand past ``INLINE_DECOMPRESSED_BYTES``.
-        self.decompressor = decompressor
+        #: The KIP-714 flow the telemetry APIs hand their requests to.
+        self.ingress = Ingress(manager, log, decompressor)
         self.admin = admin
         self.security = security
         #: The telemetry codec's requests: the name they are counted under, their handler.
@@ -269,24 +263,9 @@ class KafkaApis:
         started_ns: int,
     ) -> tuple[bytes, int]:
         client_instance_id = Uuid.from_bytes(request.client_instance_id.bytes)
-        now_ms = self.clock()
-        if self.manager.creates_instance(client_instance_id, now_ms):
-            # KIP-599 strict: a new instance costs a token; in deficit, nothing is created.
-            refused_ms = self.enforcement.clients.admit_instance_creation(state.entity, now_ms)
-            if refused_ms > 0:
-                throttle = self._finish_request(
-                    state, started_ns, mutation_throttle_ms=refused_ms
-                ).time_ms
-                refusal = GetTelemetrySubscriptionsResponse(
-                    error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), throttle_time_ms=throttle
-                )
-                return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, refusal), (
-                    throttle
-                )
-        answer = self.manager.get_telemetry_subscriptions(
-            client_instance_id, state.context(), now_ms
+        answer, throttle = self.ingress.get_subscriptions(
+            client_instance_id, state.context(), _Quota(self, state, started_ns), self.clock()
         )
-        throttle = max(answer.throttle_time_ms, self._finish_request(state, started_ns).time_ms)
         response = GetTelemetrySubscriptionsResponse(
             error_code=int(answer.error_code),
             throttle_time_ms=throttle,
@@ -307,134 +286,53 @@ class KafkaApis:
         request: PushTelemetryRequest,
         started_ns: int,
     ) -> tuple[bytes, int] | PendingResponse:
-        client_instance_id = Uuid.from_bytes(request.client_instance_id.bytes)
-        now_ms = self.clock()
-        # The bytes as received, accepted or not (Kafka's produce quota
-        # records every request; an over-quota push is still accepted).
-        push_bytes = len(request.metrics)
-        if not client_instance_id.is_reserved and self.manager.creates_instance(
-            client_instance_id, now_ms
-        ):
-            # A push with an unknown id makes an instance as a GET does (Kafka's
-            # ClientMetricsManager), so it draws from the same strict bucket:
-            # otherwise made-up ids would be a way around it.
-            refused_ms = self.enforcement.clients.admit_instance_creation(state.entity, now_ms)
-            if refused_ms > 0:
-                throttle = self._finish_request(
-                    state, started_ns, push_bytes=push_bytes, mutation_throttle_ms=refused_ms
-                ).time_ms
-                refusal = ManagerPushResponse(
-                    throttle_time_ms=throttle, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
-                )
-                return _push_response(header, refusal, throttle)
-        outcome = self.manager.validate_push(
-            client_instance_id=client_instance_id,
+        fields = PushFields(
+            client_instance_id=Uuid.from_bytes(request.client_instance_id.bytes),
             subscription_id=request.subscription_id,
             terminating=request.terminating,
             compression_type=request.compression_type,
             metrics=None if request.metrics_was_null else request.metrics,
-            context=state.context(),
-            now_ms=now_ms,
-            inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
+        )
+        outcome, quota_ms = self.ingress.push(
+            fields, state.context(), _Quota(self, state, started_ns), self.clock()
+        )
+        if isinstance(outcome, ManagerPushResponse):
+            return _push_response(header, outcome, quota_ms)
+        return Pending(
+            outcome,
+            lambda answer: _push_response(header, answer, quota_ms),
+            lambda _: _push_response(header, _STOPPING, quota_ms),
         )
 
-        def finish() -> int:
-            """Record the request (its time so far, its bytes); the quota throttle."""
-            return self._finish_request(state, started_ns, push_bytes=push_bytes).time_ms
 
-        if isinstance(outcome, AcceptedPush):
-            return self._log_push(header, outcome, finish)
-        if isinstance(outcome, DeferredPush):
-            # The decompression thread's time is not the event loop's, so the
-            # request time recorded is the loop's, as for every other request.
-            return _DeferredPush(self, header, outcome, finish())
-        return _push_response(header, outcome, finish())
+class _Quota:
+    """The Kafka door's :class:`~telemetry.ingress.RequestQuota`: the connection's entity."""
 
-    def _log_push(
-        self, header: RequestHeader, accepted: AcceptedPush, finish: Callable[[], int]
-    ) -> tuple[bytes, int] | PendingResponse:
-        """Append ``accepted``; ``finish`` records the request once the append is done."""
-        if not accepted.data:
-            # Null or empty metrics: nothing to log.
-            return _push_response(header, self.manager.complete_push(accepted), finish())
-        try:
-            _, durable = self.log.append_nowait(_push_context(accepted), accepted.data)
-        except Exception as error:
-            return _push_response(header, self._append_failed(accepted, error), finish())
-        return _PendingPush(self, header, accepted, durable, finish())
+    __slots__ = ("_apis", "_started_ns", "_state")
 
-    def _append_failed(self, accepted: AcceptedPush, error: BaseException) -> ManagerPushResponse:
-        """The push is not acknowledged; the error code tells the client when to retry."""
-        return complete_failed_append(self.manager, accepted, error)
-
-
-class _PendingPush:
-    """An accepted push waiting for its fsync; answered from the log future's callback."""
-
-    __slots__ = ("_accepted", "_apis", "_durable", "_header", "_quota_throttle_ms")
-
-    def __init__(
-        self,
-        apis: KafkaApis,
-        header: RequestHeader,
-        accepted: AcceptedPush,
-        durable: asyncio.Future[None],
-        quota_throttle_ms: int,
-    ) -> None:
+    def __init__(self, apis: KafkaApis, state: ConnectionState, started_ns: int) -> None:
         self._apis = apis
-        self._header = header
-        self._accepted = accepted
-        self._durable = durable
-        self._quota_throttle_ms = quota_throttle_ms
+        self._state = state
+        self._started_ns = started_ns
 
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(durable: asyncio.Future[None]) -> None:
-            manager = self._apis.manager
-            error = None if durable.cancelled() else durable.exception()
-            if durable.cancelled() or error is not None:
-                failure = error if error is not None else asyncio.CancelledError()
-                outcome = self._apis._append_failed(self._accepted, failure)
-            else:
-                outcome = manager.complete_push(self._accepted)
-            callback(_push_response(self._header, outcome, self._quota_throttle_ms))
+    def admit_instance_creation(self, now_ms: int) -> int:
+        return self._apis.enforcement.clients.admit_instance_creation(self._state.entity, now_ms)
 
-        self._durable.add_done_callback(done)
+    def finish(
+        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+    ) -> int:
+        return self._apis._finish_request(
+            self._state,
+            self._started_ns,
+            push_bytes=push_bytes,
+            mutation_throttle_ms=mutation_throttle_ms,
+        ).time_ms
 
 
-class _DeferredPush:
-    """A push being decompressed in a thread, then logged; answered from callbacks, in order."""
-
-    __slots__ = ("_apis", "_decompressed", "_deferred", "_header", "_quota_throttle_ms")
-
-    def __init__(
-        self,
-        apis: KafkaApis,
-        header: RequestHeader,
-        deferred: DeferredPush,
-        quota_throttle_ms: int,
-    ) -> None:
-        self._apis = apis
-        self._header = header
-        self._deferred = deferred
-        self._quota_throttle_ms = quota_throttle_ms
-        loop = asyncio.get_running_loop()
-        self._decompressed = loop.run_in_executor(apis.decompressor, deferred.outcome)
-
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(decompressed: asyncio.Future[bytes | TelemetryError]) -> None:
-            apis = self._apis
-            outcome = decompression_outcome(decompressed)
-            result = apis.manager.finish_deferred(self._deferred, outcome)
-            if not isinstance(result, AcceptedPush):
-                callback(_push_response(self._header, result, self._quota_throttle_ms))
-                return
-            logged = apis._log_push(self._header, result, lambda: self._quota_throttle_ms)
-            if isinstance(logged, tuple):
-                callback(logged)
-            else:
-                logged.add_done_callback(callback)
-
-        self._decompressed.add_done_callback(done)
+#: A push whose outcome future was cancelled (the server stopping): retry later.
+_STOPPING: Final = ManagerPushResponse(
+    throttle_time_ms=RETRY_LATER_MS, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+)
 
 
 def _push_response(
@@ -446,21 +344,3 @@ def _push_response(
         error_code=int(outcome.error_code), throttle_time_ms=throttle_ms
     )
     return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), throttle_ms
-
-
-def _push_context(accepted: AcceptedPush) -> PushContext:
-    context = accepted.context
-    return PushContext(
-        client_instance_id=str(accepted.client_instance_id),
-        subscription_id=accepted.subscription_id,
-        received_time_ms=accepted.received_ms,
-        push_interval_ms=accepted.push_interval_ms,
-        terminating=accepted.terminating,
-        # Kafka reads a null client id as ""; the log keeps "absent" as None.
-        client_id=context.client_id or None,
-        client_software_name=context.client_software_name,
-        client_software_version=context.client_software_version,
-        client_source_address=context.client_source_address,
-        client_source_port=context.client_source_port,
-        principal=context.principal,
-    )
