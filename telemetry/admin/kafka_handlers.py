@@ -34,7 +34,7 @@ from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.kafka.connection import CloseConnectionError
 from telemetry.kafka.pending import Pending
 from telemetry.metastore import CLIENT_METRICS_RESOURCE
-from telemetry.wire import ApiVersion, UnsupportedVersionError
+from telemetry.wire import UnsupportedVersionError
 from telemetry.wire.admin_apis import (
     ADMIN_VERSIONS,
     AdminApiKey,
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from telemetry.admin.plane import AdminPlane
     from telemetry.enforcement import ClientEntity, Enforcement
     from telemetry.kafka.connection import ConnectionState
+    from telemetry.kafka.table import ApiTable
     from telemetry.wire.admin_apis import AdminResponse
 
 _log = logging.getLogger(__name__)
@@ -79,14 +80,6 @@ SERVED: Final = (
     AdminApiKey.DESCRIBE_CLIENT_QUOTAS,
     AdminApiKey.ALTER_CLIENT_QUOTAS,
     AdminApiKey.LIST_CONFIG_RESOURCES,
-)
-ADVERTISED: Final = tuple(
-    ApiVersion(
-        api_key=int(key),
-        min_version=ADMIN_VERSIONS[key].min_version,
-        max_version=ADMIN_VERSIONS[key].max_version,
-    )
-    for key in SERVED
 )
 #: ListConfigResources v1's types (KIP-1142): TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP.
 _LISTABLE_TYPES: Final = frozenset({2, 4, 8, 16, 32})
@@ -115,14 +108,22 @@ class KafkaAdminHandlers:
         self.authorizer = authorizer
         self.enforcement = enforcement
         self.clock = clock
-        self.advertised = ADVERTISED
         self._changes: set[asyncio.Task[bytes]] = set()
 
-    def serves(self, api_key: int) -> bool:
-        return api_key in SERVED
+    def register(self, table: ApiTable) -> None:
+        """Each admin API a row of the listener's table; the table charges the request."""
+        charge = table.charge
 
-    def name(self, api_key: int) -> str:
-        return API_NAMES[AdminApiKey(api_key)]
+        def serve(
+            state: ConnectionState, frame: bytes, started_ns: int
+        ) -> tuple[bytes, int] | Pending[bytes]:
+            return self.handle(state, frame, lambda ms: charge(state, started_ns, ms))
+
+        for key in SERVED:
+            versions = ADMIN_VERSIONS[key]
+            table.register(
+                int(key), API_NAMES[key], (versions.min_version, versions.max_version), serve
+            )
 
     def handle(
         self, state: ConnectionState, frame: bytes, finish: Callable[[int], int]
@@ -139,6 +140,8 @@ class KafkaAdminHandlers:
         except UnsupportedVersionError as error:
             raise CloseConnectionError(str(error)) from error
         version = header.api_version
+        # Kafka reads a null client id as "".
+        state.identify(header.client_id or "")
 
         def reply(response: AdminResponse) -> bytes:
             return encode_admin_response(header.correlation_id, header.api_key, version, response)

@@ -47,6 +47,7 @@ from telemetry.wire.scram_messages import (
 
 if TYPE_CHECKING:
     from telemetry.kafka.connection import ConnectionState, PendingResponse
+    from telemetry.kafka.table import ApiTable
     from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
     from telemetry.security.settings import SecuritySettings
 
@@ -73,6 +74,21 @@ class ScramAdmin:
     def __init__(self, settings: SecuritySettings, store: MetadataStore | None) -> None:
         self.settings = settings
         self.store = store
+
+    def register(self, table: ApiTable) -> None:
+        """Both APIs at v0, behind the listener's SASL gate."""
+        table.register(
+            int(AdminApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS),
+            "DescribeUserScramCredentials",
+            (0, 0),
+            lambda state, frame, _: self(state, frame),
+        )
+        table.register(
+            int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS),
+            "AlterUserScramCredentials",
+            (0, 0),
+            lambda state, frame, _: self(state, frame),
+        )
 
     def authorized(self, state: ConnectionState) -> bool:
         settings = self.settings

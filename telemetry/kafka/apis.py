@@ -9,6 +9,7 @@ the request time charged to the client's ``request_percentage`` quota (KIP-124).
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 import uuid
 from dataclasses import replace
@@ -24,7 +25,9 @@ from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
 from telemetry.kafka.connection import CloseConnectionError, ConnectionState, PendingResponse
 from telemetry.kafka.pending import Pending
 from telemetry.kafka.settings import KafkaListenerConfig
+from telemetry.kafka.table import ApiTable
 from telemetry.wire import (
+    SUPPORTED_VERSIONS,
     ApiKey,
     ApiVersionsRequest,
     FindCoordinatorRequest,
@@ -45,13 +48,15 @@ from telemetry.wire import (
     init_producer_id_response,
     unsupported_api_versions_response,
 )
+from telemetry.wire.headers import read_request_header_prefix
+from telemetry.wire.primitives import Reader
 
 if TYPE_CHECKING:
     from collections import Counter
     from collections.abc import Callable
     from concurrent.futures import Executor
 
-    from telemetry.admin.kafka_handlers import KafkaAdminHandlers
+    from telemetry.kafka.table import ApiHandler, ApiSet
 
     #: A request handler: (connection, header, decoded request, start ns) -> the answer.
     _Handler = Callable[
@@ -59,8 +64,12 @@ if TYPE_CHECKING:
     ]
 
 
+#: The api key, the first field of every request header.
+_API_KEY: Final = struct.Struct(">h")
+
+
 class KafkaApis:
-    """Kafka's ``KafkaApis``: routes each decoded request to its handler."""
+    """Kafka's ``KafkaApis``: one table of served APIs, each request routed by its key."""
 
     def __init__(
         self,
@@ -73,12 +82,11 @@ class KafkaApis:
         requests: Counter[str],
         advertised_address: Callable[[], tuple[str, int]],
         decompressor: Executor,
-        admin: KafkaAdminHandlers | None = None,
+        admin: ApiSet | None = None,
         security: KafkaSecurity | None = None,
     ) -> None:
         self.config = config
         self.manager = manager
-        self.log = log
         self.clock = clock
         self.enforcement = enforcement
         #: Requests answered, by API name (the listener's stats).
@@ -86,22 +94,27 @@ class KafkaApis:
         self.advertised_address = advertised_address
         #: The KIP-714 flow the telemetry APIs hand their requests to.
         self.ingress = Ingress(manager, log, decompressor)
-        self.admin = admin
         self.security = security
-        #: The telemetry codec's requests: the name they are counted under, their handler.
-        self._handlers: dict[type, tuple[str, _Handler]] = {
-            PushTelemetryRequest: ("PushTelemetry", self._push),
-            GetTelemetrySubscriptionsRequest: (
-                "GetTelemetrySubscriptions",
-                self._get_subscriptions,
-            ),
-            ApiVersionsRequest: ("ApiVersions", self._api_versions),
-            MetadataRequest: ("Metadata", self._metadata),
-            FindCoordinatorRequest: ("FindCoordinator", self._find_coordinator),
-            InitProducerIdRequest: ("InitProducerId", self._init_producer_id),
-        }
         #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
         self._producer_ids = itertools.count(0)
+        self.table = ApiTable(self._charge)
+        # In SUPPORTED_VERSIONS' order: librdkafka's captured frames list 18, 3, 71, 72.
+        for api_key, name, handle in (
+            (ApiKey.API_VERSIONS, "ApiVersions", self._api_versions),
+            (ApiKey.METADATA, "Metadata", self._metadata),
+            (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, "GetTelemetrySubscriptions", self._get),
+            (ApiKey.PUSH_TELEMETRY, "PushTelemetry", self._push),
+            (ApiKey.FIND_COORDINATOR, "FindCoordinator", self._find_coordinator),
+            (ApiKey.INIT_PRODUCER_ID, "InitProducerId", self._init_producer_id),
+        ):
+            versions = SUPPORTED_VERSIONS[api_key]
+            self.table.register(
+                api_key, name, (versions.min_version, versions.max_version), _decoded(handle)
+            )
+        if admin is not None:
+            admin.register(self.table)
+        if security is not None:
+            security.register(self.table)
 
     def handle_frame(
         self, state: ConnectionState, frame: bytes
@@ -111,6 +124,11 @@ class KafkaApis:
         The time from here to the response (decoding, validation,
         decompression) is the request time charged to the client's
         ``request_percentage`` quota (KIP-124).
+
+        Raises:
+            MalformedFrameError: the frame does not decode (the connection closes).
+            CloseConnectionError: a key that is not served, or a request the
+                connection's SASL session does not admit.
         """
         started_ns = time.perf_counter_ns()
         if self.security is not None:
@@ -118,46 +136,21 @@ class KafkaApis:
             if answered is not None:
                 self.requests[security_api_name(frame)] += 1
                 return answered
-        try:
-            header, request = decode_request(frame)
-        except UnsupportedVersionError as error:
-            if error.header.api_key == ApiKey.API_VERSIONS:
-                # KIP-511: answer in v0 so the client can retry with a version we know.
-                self.requests["ApiVersions"] += 1
-                answer = unsupported_api_versions_response()
-                return encode_response(error.header, ApiKey.API_VERSIONS, 0, answer), 0
-            raise CloseConnectionError(str(error)) from error
-        except UnsupportedApiKeyError as error:
-            return self._admin_request(state, frame, error, started_ns)
-        # Kafka reads a null client id as "".
-        state.identify(header.client_id or "")
-        handler = self._handlers.get(type(request))
-        if handler is None:
-            raise CloseConnectionError(f"no handler for {type(request).__name__}")
-        name, handle = handler
-        self.requests[name] += 1
-        return handle(state, header, request, started_ns)
+        served = self.table.get(_API_KEY.unpack_from(frame)[0]) if len(frame) >= 2 else None
+        if served is None:
+            # A frame too short for its header is malformed, whatever its key.
+            header = read_request_header_prefix(Reader(frame))
+            raise CloseConnectionError(str(UnsupportedApiKeyError(header)))
+        answer = served.handler(state, frame, started_ns)
+        # Counted once answered: a frame that does not decode is no request.
+        self.requests[served.name] += 1
+        return answer
 
-    def _admin_request(
-        self,
-        state: ConnectionState,
-        frame: bytes,
-        error: UnsupportedApiKeyError,
-        started_ns: int,
-    ) -> tuple[bytes, int] | PendingResponse:
-        """An api key the telemetry codec does not know: the admin APIs', or a closed connection."""
-        admin = self.admin
-        if admin is None or not admin.serves(error.header.api_key):
-            raise CloseConnectionError(str(error)) from error
-        state.identify(error.header.client_id or "")
-        self.requests[admin.name(error.header.api_key)] += 1
-        return admin.handle(
-            state,
-            frame,
-            lambda mutation_ms: (
-                self._finish_request(state, started_ns, mutation_throttle_ms=mutation_ms).time_ms
-            ),
-        )
+    def _charge(self, state: ConnectionState, started_ns: int, mutation_throttle_ms: int) -> int:
+        """The table's charge for handlers registered from outside (the admin APIs)."""
+        return self._finish_request(
+            state, started_ns, mutation_throttle_ms=mutation_throttle_ms
+        ).time_ms
 
     def _api_versions(
         self,
@@ -166,15 +159,11 @@ class KafkaApis:
         request: ApiVersionsRequest,
         started_ns: int,
     ) -> tuple[bytes, int]:
-        """Exactly what is served: the telemetry APIs, plus the admin and SASL ones when on."""
+        """Exactly what is served: every row of the table."""
         if request.client_software_name:
             state.software(request.client_software_name, request.client_software_version)
         throttle = self._finish_request(state, started_ns).time_ms
-        answer = api_versions_response(throttle)
-        if self.admin is not None:
-            answer = replace(answer, api_keys=answer.api_keys + self.admin.advertised)
-        if self.security is not None:
-            answer = self.security.api_versions(answer)
+        answer = replace(api_versions_response(throttle), api_keys=self.table.advertised)
         return encode_response(header, ApiKey.API_VERSIONS, header.api_version, answer), throttle
 
     def _metadata(
@@ -255,7 +244,7 @@ class KafkaApis:
             mutation_throttle_ms=mutation_throttle_ms,
         )
 
-    def _get_subscriptions(
+    def _get(
         self,
         state: ConnectionState,
         header: RequestHeader,
@@ -344,3 +333,24 @@ def _push_response(
         error_code=int(outcome.error_code), throttle_time_ms=throttle_ms
     )
     return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), throttle_ms
+
+
+def _decoded(handle: _Handler) -> ApiHandler:
+    """A telemetry-codec API as a table row: decode, name the client, then ``handle``."""
+
+    def serve(
+        state: ConnectionState, frame: bytes, started_ns: int
+    ) -> tuple[bytes, int] | PendingResponse:
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedVersionError as error:
+            if error.header.api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer in v0 so the client can retry with a version we know.
+                answer = unsupported_api_versions_response()
+                return encode_response(error.header, ApiKey.API_VERSIONS, 0, answer), 0
+            raise CloseConnectionError(str(error)) from error
+        # Kafka reads a null client id as "".
+        state.identify(header.client_id or "")
+        return handle(state, header, request, started_ns)
+
+    return serve

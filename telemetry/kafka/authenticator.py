@@ -16,10 +16,9 @@ composition root gives (``telemetry.admin.scram``), once the session admits them
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import struct
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from telemetry.kafka.connection import CloseConnectionError
 from telemetry.kafka.pending import Pending
@@ -36,7 +35,6 @@ from telemetry.wire.admin_apis import (
     decode_admin_request,
     encode_admin_response,
 )
-from telemetry.wire.api_versions import ApiVersion, ApiVersionsResponse
 from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import (
     SaslAuthenticateRequest,
@@ -49,22 +47,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from telemetry.kafka.connection import ConnectionState, PendingResponse
+    from telemetry.kafka.table import ApiSet, ApiTable
     from telemetry.metastore import MetadataStore
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings
 
 _log = logging.getLogger(__name__)
 
-#: What ApiVersions adds for these keys.
-SECURITY_API_VERSIONS: Final = (
-    ApiVersion(api_key=int(AdminApiKey.SASL_HANDSHAKE), min_version=0, max_version=1),
-    ApiVersion(api_key=int(AdminApiKey.SASL_AUTHENTICATE), min_version=0, max_version=2),
-    ApiVersion(
-        api_key=int(AdminApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS), min_version=0, max_version=0
-    ),
-    ApiVersion(api_key=int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS), min_version=0, max_version=0),
-)
-_SERVED: Final = frozenset(entry.api_key for entry in SECURITY_API_VERSIONS)
 _SASL_KEYS: Final = frozenset({int(AdminApiKey.SASL_HANDSHAKE), int(AdminApiKey.SASL_AUTHENTICATE)})
 
 
@@ -76,14 +65,6 @@ _API_NAMES: Final = {
 }
 _API_KEY: Final = struct.Struct(">h")
 _SIZE: Final = struct.Struct(">i")
-
-
-class ScramAdminHandler(Protocol):
-    """Answers DescribeUserScramCredentials and AlterUserScramCredentials (``telemetry.admin``)."""
-
-    def __call__(
-        self, state: ConnectionState, frame: bytes
-    ) -> tuple[bytes, int] | PendingResponse: ...
 
 
 def security_api_name(frame: bytes) -> str:
@@ -100,7 +81,7 @@ class KafkaSecurity:
         store: MetadataStore | None,
         clock: Callable[[], int],
         *,
-        scram_admin: ScramAdminHandler,
+        scram_admin: ApiSet,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -130,8 +111,21 @@ class KafkaSecurity:
                 allow_anonymous=settings.allow_anonymous or name is not None,
             )
 
-    def api_versions(self, answer: ApiVersionsResponse) -> ApiVersionsResponse:
-        return dataclasses.replace(answer, api_keys=answer.api_keys + SECURITY_API_VERSIONS)
+    def register(self, table: ApiTable) -> None:
+        """SaslHandshake and SaslAuthenticate, then the SCRAM credential APIs (KIP-554)."""
+        table.register(
+            int(AdminApiKey.SASL_HANDSHAKE),
+            "SaslHandshake",
+            (0, 1),
+            lambda state, frame, _: self._sasl(state, frame),
+        )
+        table.register(
+            int(AdminApiKey.SASL_AUTHENTICATE),
+            "SaslAuthenticate",
+            (0, 2),
+            lambda state, frame, _: self._sasl(state, frame),
+        )
+        self.scram_admin.register(table)
 
     def screen(
         self, state: ConnectionState, frame: bytes
@@ -148,7 +142,7 @@ class KafkaSecurity:
             return self._raw_token(state, session, frame)
         api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= _API_KEY.size else -1
         if api_key in _SASL_KEYS:
-            return self._sasl(state, frame)
+            return None  # the SASL rows of the API table answer them, whatever the session
         if session is not None:
             refusal = session.admits(api_key, self.clock())
             if refusal is not None:
@@ -157,8 +151,6 @@ class KafkaSecurity:
             raise CloseConnectionError(
                 f"Unexpected Kafka request of type {api_key} from an unauthenticated client"
             )
-        if api_key in _SERVED:
-            return self.scram_admin(state, frame)
         return None
 
     # -- SASL --------------------------------------------------------------------------------

@@ -50,11 +50,11 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable
 
-    from telemetry.admin.kafka_handlers import KafkaAdminHandlers
     from telemetry.core.manager import TelemetryManager
     from telemetry.ingress import PushLog
     from telemetry.kafka.authenticator import KafkaSecurity
     from telemetry.kafka.settings import KafkaListenerConfig
+    from telemetry.kafka.table import ApiSet
 
 _log = logging.getLogger(__name__)
 
@@ -87,13 +87,13 @@ class KafkaListener:
         log: PushLog,
         clock: Callable[[], int] = wall_clock_ms,
         enforcement: Enforcement | None = None,
-        admin: KafkaAdminHandlers | None = None,
+        admin: ApiSet | None = None,
         *,
         security: KafkaSecurity | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
-        #: The admin APIs (``telemetry.admin``), served and advertised when given.
+        #: The admin APIs (``telemetry.admin``): they register into the API table when given.
         self.admin = admin
         #: SASL, SCRAM admin and TLS principals (docs/security.md); None serves everyone.
         self.security = security
