@@ -25,14 +25,13 @@ reach loopback already runs on the machine. A refused change answers 400
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
 from quotas import DEFAULT
+from telemetry.admin.authorizer import Authorizer, is_loopback
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.wire.config_messages import (
     AlterableConfig,
@@ -86,15 +85,6 @@ def _error(status: int, message: str, code: int | None = None) -> web.Response:
     return web.json_response(body, status=status)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def describe_json(result: DescribeConfigsResult) -> dict[str, Any]:
     return {
         "name": result.resource_name,
@@ -136,24 +126,17 @@ def _static_quota_entities(
 
 
 class _AdminRoutes:
-    def __init__(self, plane: AdminPlane, token: str | None, loopback_only: bool) -> None:
+    def __init__(self, plane: AdminPlane, authorizer: Authorizer) -> None:
         self.plane = plane
-        self.token = token
-        self.loopback_only = loopback_only
+        self.authorizer = authorizer
 
     def guarded(
         self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def guard(request: web.Request) -> web.StreamResponse:
-            if self.token is not None:
-                given = request.headers.get("Authorization", "")
-                expected = f"Bearer {self.token}"
-                if not hmac.compare_digest(given.encode(), expected.encode()):
-                    return _error(401, "the admin API needs Authorization: Bearer <[admin] token>")
-            elif not self.loopback_only:
-                return _error(
-                    403, "the admin API is off: set [admin] token, or listen on loopback only"
-                )
+            refusal = self.authorizer.http_admin_refusal(request.headers.get("Authorization", ""))
+            if refusal is not None:
+                return _error(refusal.status, refusal.message)
             try:
                 return await handler(request)
             except _BadRequestError as error:
@@ -383,10 +366,21 @@ def _entity(value: object) -> tuple[EntityData, ...]:
 
 
 def add_admin_routes(
-    app: web.Application, plane: AdminPlane, *, token: str | None, http_host: str
+    app: web.Application,
+    plane: AdminPlane,
+    *,
+    token: str | None = None,
+    http_host: str = "",
+    authorizer: Authorizer | None = None,
 ) -> None:
-    """The ``/admin/`` routes; see the module docstring for the API and its authentication."""
-    routes = _AdminRoutes(plane, token, is_loopback(http_host))
+    """The ``/admin/`` routes; see the module docstring for the API and its authentication.
+
+    ``authorizer`` is the server's one authorizer; without it, one is made
+    from ``token`` and whether ``http_host`` is a loopback address.
+    """
+    if authorizer is None:
+        authorizer = Authorizer(admin_token=token, admin_loopback=is_loopback(http_host))
+    routes = _AdminRoutes(plane, authorizer)
     guarded = routes.guarded
     app.router.add_get("/admin/subscriptions", guarded(routes.list_subscriptions))
     app.router.add_get("/admin/subscriptions/{name}", guarded(routes.describe_subscription))

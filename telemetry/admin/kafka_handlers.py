@@ -12,7 +12,7 @@ that appends in a worker thread, so the connection keeps its order and the
 event loop never waits for an ``fsync``.
 
 Kafka's rules around a change: ALTER_CONFIGS on the cluster (the
-:class:`~telemetry.admin.authorizer.AdminAuthorizer`), else
+:class:`~telemetry.admin.authorizer.Authorizer`), else
 CLUSTER_AUTHORIZATION_FAILED (31) for each resource or entity; and, as
 KIP-599 does for topic mutations, each resource or entity a change would
 touch draws one token from the caller's strict ``controller_mutation_rate``:
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
-    from telemetry.admin.authorizer import AdminAuthorizer
+    from telemetry.admin.authorizer import Authorizer
     from telemetry.admin.plane import AdminPlane
     from telemetry.enforcement import ClientEntity, Enforcement
     from telemetry.kafka.connection import ConnectionState
@@ -100,7 +100,7 @@ class KafkaAdminHandlers:
     def __init__(
         self,
         plane: AdminPlane,
-        authorizer: AdminAuthorizer,
+        authorizer: Authorizer,
         enforcement: Enforcement,
         clock: Callable[[], int],
     ) -> None:

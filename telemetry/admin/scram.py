@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Final
 
+from telemetry.admin.authorizer import Authorizer
 from telemetry.errors import ErrorCode
 from telemetry.kafka.pending import Pending
 from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from telemetry.kafka.connection import ConnectionState, PendingResponse
     from telemetry.kafka.table import ApiTable
     from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
-    from telemetry.security.settings import SecuritySettings
 
 _log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ _MAX_TRAILING_ZEROS: Final = 2
 class ScramAdmin:
     """The SCRAM admin APIs of one Kafka listener, over the metadata store."""
 
-    def __init__(self, settings: SecuritySettings, store: MetadataStore | None) -> None:
-        self.settings = settings
+    def __init__(self, authorizer: Authorizer, store: MetadataStore | None) -> None:
+        self.authorizer = authorizer
         self.store = store
 
     def register(self, table: ApiTable) -> None:
@@ -91,8 +91,7 @@ class ScramAdmin:
         )
 
     def authorized(self, state: ConnectionState) -> bool:
-        settings = self.settings
-        return not settings.configured or state.principal in settings.super_users
+        return self.authorizer.may_manage_credentials(state.principal)
 
     def __call__(self, state: ConnectionState, frame: bytes) -> tuple[bytes, int] | PendingResponse:
         header, request = _decode_scram_admin(frame)

@@ -30,10 +30,9 @@ channel.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from aiohttp import web
 
@@ -64,6 +63,19 @@ _log = logging.getLogger(__name__)
 FORWARD_PATH: Final = "/v1/telemetry/forward"
 
 
+class Refusal(Protocol):
+    @property
+    def status(self) -> int: ...
+    @property
+    def message(self) -> str: ...
+
+
+class ForwardAuthorizer(Protocol):
+    """Whether a broker may forward (the server's authorizer, ``telemetry.admin``)."""
+
+    def forward_refusal(self, authorization: str) -> Refusal | None: ...
+
+
 class ForwardHandler:
     """The route's handler: authenticate, read within bounds, log every push, answer per push."""
 
@@ -74,11 +86,13 @@ class ForwardHandler:
         max_payload_bytes: int,
         quotas: HttpQuotas | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        *,
+        authorizer: ForwardAuthorizer,
     ) -> None:
         self._log = log
         self._settings = settings
         self._max_payload_bytes = max_payload_bytes
-        self._token = None if settings.token is None else settings.token.encode("utf-8")
+        self._authorizer = authorizer
         self._quotas = quotas
         self._clock = clock
 
@@ -117,21 +131,11 @@ class ForwardHandler:
         return web.json_response({"error_codes": codes, "throttle_time_ms": throttle_ms})
 
     def _authenticate(self, request: web.Request) -> web.Response | None:
-        if self._token is None:
-            return web.json_response(
-                {"error": "forwarding is disabled: set forward.token"}, status=403
-            )
-        header = request.headers.get("Authorization", "")
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            presented.strip().encode("utf-8"), self._token
-        ):
-            return web.json_response(
-                {"error": "a valid bearer token is required"},
-                status=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return None
+        refusal = self._authorizer.forward_refusal(request.headers.get("Authorization", ""))
+        if refusal is None:
+            return None
+        headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None
+        return web.json_response({"error": refusal.message}, status=refusal.status, headers=headers)
 
     async def _read_body(self, request: web.Request) -> bytes | web.Response:
         """The body, never buffering more than ``max_request_bytes`` (lying lengths included)."""

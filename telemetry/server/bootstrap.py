@@ -11,7 +11,6 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import ssl
@@ -21,7 +20,7 @@ from aiohttp import web
 
 from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
-from telemetry.admin import AdminAuthorizer
+from telemetry.admin.authorizer import Authorizer, is_loopback
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
@@ -142,15 +141,6 @@ def describe_security(settings: SecuritySettings) -> str:
     return ",".join(parts)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def warn_about_exposure(settings: Settings) -> None:
     """Say at start what an unauthenticated peer can reach (docs/security.md)."""
     security = settings.security
@@ -180,6 +170,13 @@ class Server:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        #: Who may do what, for every door (Kafka admin, SCRAM, HTTP admin, forward).
+        self.authorizer = Authorizer(
+            super_users=settings.admin.super_users,
+            admin_token=settings.admin.token,
+            admin_loopback=is_loopback(settings.http_host),
+            forward_token=settings.forward.token,
+        )
         self.manager = TelemetryManager(
             settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
         )
@@ -236,7 +233,7 @@ class Server:
             security,
             self.admin.store,
             wall_clock_ms,
-            scram_admin=ScramAdmin(security, self.admin.store),
+            scram_admin=ScramAdmin(self.authorizer, self.admin.store),
         )
         self.listener = KafkaListener(
             settings.kafka,
@@ -245,7 +242,7 @@ class Server:
             enforcement=self.enforcement,
             admin=KafkaAdminHandlers(
                 self.admin,
-                AdminAuthorizer(settings.admin.super_users),
+                self.authorizer,
                 self.enforcement,
                 wall_clock_ms,
             ),
@@ -303,11 +300,15 @@ class Server:
         )
         registry.register(HttpIngestCollector(ingest.stats))
         forward = ForwardHandler(
-            self.log, settings.forward, settings.telemetry.max_decompressed_bytes, http_quotas
+            self.log,
+            settings.forward,
+            settings.telemetry.max_decompressed_bytes,
+            http_quotas,
+            authorizer=self.authorizer,
         )
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
-        add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
+        add_admin_routes(app, self.admin, authorizer=self.authorizer)
         self._runner = web.AppRunner(app, **RUNNER_OPTIONS)
         await self._runner.setup()
         site = web.TCPSite(

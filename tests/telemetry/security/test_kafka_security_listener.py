@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from scramp import ScramClient
 
+from telemetry.admin.authorizer import is_loopback
 from telemetry.errors import ConfigError
 from telemetry.kafka.settings import KafkaListenerConfig
 from telemetry.metastore import (
@@ -20,7 +21,7 @@ from telemetry.metastore import (
 )
 from telemetry.security import ScramMechanism, derive_credential, salted_password
 from telemetry.security.settings import SecuritySettings
-from telemetry.server.bootstrap import describe_security, is_loopback, warn_about_exposure
+from telemetry.server.bootstrap import describe_security, warn_about_exposure
 from telemetry.server.config import Settings, load_settings
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
 from telemetry.wire.admin_apis import AdminApiKey, decode_admin_response, encode_admin_request
