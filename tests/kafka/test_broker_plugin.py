@@ -11,45 +11,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.dataset as ds
 from confluent_kafka import Consumer, Producer
 
 from tests.kafka.kafka_dist import KafkaBroker, free_port
+from tests.kafka.plugin_support import KIP714_CONFIG, landed_rows, plugin_properties, subscribe
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-TOKEN = "e2e-broker-token"
-KIP714_CONFIG = f"""
-[forward]
-token = "{TOKEN}"
-[exporters.landing]
-type = "parquet"
-[exporters.landing.options]
-max_file_age_s = 1
-"""
-CLIENT_METRICS = "org.apache.kafka.tools.ClientMetricsCommand"
-REPORTER = "io.kip714.broker.Kip714ExporterReporter"
-
-
-def plugin_properties(kip714: ServeProcess, **extra: str) -> dict[str, str]:
-    host, port = kip714.http
-    return {
-        "metric.reporters": REPORTER,
-        "kip714.url": f"http://{host}:{port}",
-        "kip714.token": TOKEN,
-        "kip714.linger.ms": "20",
-        **{key.replace("_", "."): value for key, value in extra.items()},
-    }
-
-
-def subscribe(broker: KafkaBroker, metrics: str, interval_ms: int) -> None:
-    """``kafka-client-metrics.sh --alter``: one subscription for every client of the broker."""
-    broker.tool(
-        CLIENT_METRICS, "--alter", "--name", "kip714-e2e",
-        "--metrics", metrics, "--interval", str(interval_ms),
-    )  # fmt: skip
 
 
 class Clients:
@@ -98,18 +67,6 @@ class Clients:
             self._consume(0.1)
         self.consumer.close()
         self.producer.flush(5)
-
-
-def landed_rows(data_dir: Path) -> list[dict[str, Any]]:
-    table = ds.dataset(data_dir / "metrics", format="parquet", partitioning="hive").to_table(
-        columns=[
-            "push_offset", "received_time", "metric_name", "client_id",
-            "client_software_name", "client_source_address", "principal",
-            "attributes", "resource_attributes", "terminating",
-        ]
-    )  # fmt: skip
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
 
 
 def test_clients_of_a_real_broker_land_their_telemetry_once_with_the_brokers_context(
