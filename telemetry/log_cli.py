@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     status = commands.add_parser(
         "status",
-        help="segments, log start/end, exporter positions and lag, damaged ranges (read-only)",
+        help="segments, log start/end, exporter positions and lag, damaged ranges, "
+        "undecodable payloads (read-only)",
         description="Scan every segment and report; writes nothing, works beside a running server.",
     )
     status.add_argument("--data-dir", required=True, metavar="DIR", help="the server's --data-dir")

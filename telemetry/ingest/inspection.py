@@ -138,6 +138,7 @@ def _scan(
     fd = os.open(path, os.O_RDONLY)
     undecodable = 0
     named: list[int] = []
+    damage = None
     try:
         size = os.fstat(fd).st_size
         count = 0
@@ -159,15 +160,6 @@ def _scan(
                 bytes_after=size - error.position,
                 next_readable_offset=following,
             )
-            return SegmentInfo(
-                base=base,
-                path=path,
-                size=size,
-                valid_records=count,
-                damage=damage,
-                undecodable=undecodable,
-                undecodable_offsets=tuple(named),
-            )
     finally:
         os.close(fd)
     return SegmentInfo(
@@ -175,7 +167,7 @@ def _scan(
         path=path,
         size=size,
         valid_records=count,
-        damage=None,
+        damage=damage,
         undecodable=undecodable,
         undecodable_offsets=tuple(named),
     )

@@ -61,3 +61,27 @@ def landed_rows(data_dir: Path) -> list[dict[str, Any]]:
     )
     rows: list[dict[str, Any]] = table.to_pylist()
     return rows
+
+
+def assert_forwarded_pushes_landed_once(
+    counters: dict[str, int], data_dir: Path
+) -> list[dict[str, Any]]:
+    """The plugin forwarded everything it received, and each push landed once via broker 1.
+
+    Returns the landed rows for the caller's own checks.
+    """
+    assert counters["received"] > 0
+    assert counters == {
+        "received": counters["received"],
+        "forwarded": counters["received"],
+        "rejected": 0,
+        "dropped": 0,
+    }
+    rows = landed_rows(data_dir)
+    pushes = {row["push_offset"] for row in rows}
+    assert len(pushes) == counters["forwarded"], "every acknowledged push landed, once"
+    keys = [(r["push_offset"], r["metric_name"], tuple(sorted(r["attributes"]))) for r in rows]
+    assert len(keys) == len(set(keys)), "no data point landed twice"
+    for row in rows:
+        assert dict(row["resource_attributes"])["kafka.broker.id"] == "1"
+    return rows

@@ -30,7 +30,7 @@ from tests.kafka.plugin_support import (
     EXPORTER_REPORTER,
     KIP714_CONFIG,
     RECEIVER_REPORTER,
-    landed_rows,
+    assert_forwarded_pushes_landed_once,
     plugin_properties,
     subscribe,
 )
@@ -134,20 +134,8 @@ def test_every_acknowledged_push_lands_once_with_the_brokers_id(
         broker.kill()
         assert kip714.stop() == 0
 
-    assert counters["received"] > 0
-    assert counters == {
-        "received": counters["received"],
-        "forwarded": counters["received"],
-        "rejected": 0,
-        "dropped": 0,
-    }
-    rows = landed_rows(tmp_path / "kip714")
-    pushes = {row["push_offset"] for row in rows}
-    assert len(pushes) == counters["forwarded"], "every acknowledged push landed, once"
-    keys = [(r["push_offset"], r["metric_name"], tuple(sorted(r["attributes"]))) for r in rows]
-    assert len(keys) == len(set(keys)), "no data point landed twice"
+    rows = assert_forwarded_pushes_landed_once(counters, tmp_path / "kip714")
     for row in rows:
-        assert dict(row["resource_attributes"])["kafka.broker.id"] == "1"
         assert row["metric_name"].startswith("org.apache.kafka.producer.")
     software = {
         (r["client_id"], r["client_software_name"], r["client_software_version"]) for r in rows

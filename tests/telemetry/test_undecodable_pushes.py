@@ -22,19 +22,11 @@ from telemetry.errors import ErrorCode
 from tests.exporters.parquet_support import read_table
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.test_log_cli import kip714_log
+from tests.telemetry.test_serve_log_identity import CONFIG
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-CONFIG = """
-[subscriptions.all]
-metrics = ["*"]
-"interval.ms" = 100
-[exporters.landing]
-type = "parquet"
-[exporters.landing.options]
-max_file_age_s = 1
-"""
 NOT_OTLP = b"\x8a\xff not an OTLP payload"
 UNDECODABLE = re.compile(r'^kip714_landing_undecodable_total\{exporter="landing"\} (\S+)$', re.M)
 WAIT_S = 30.0
