@@ -266,7 +266,13 @@ class ForwardHandler:
             )
         # Handling time: reading and decoding; waiting for the fsync is not work.
         handled_ns = time.perf_counter_ns() - started_ns
-        codes, throttle_ms = await self._log_pushes(forward)
+        try:
+            codes, throttle_ms = await self._log_pushes(forward)
+        except _StoppingError:
+            # Nothing of it was logged: the plugin retries it (503 with Retry-After).
+            return web.json_response(
+                {"error": "kip714 is stopping"}, status=503, headers={"Retry-After": "1"}
+            )
         if quotas is not None:
             quota_ms = quotas.finish_request(
                 broker,
@@ -318,9 +324,7 @@ class ForwardHandler:
         throttle_ms = 0
         # Counted into a batch of its own off the loop, merged here on the loop's thread.
         batch = ForwardStats()
-        payloads = await asyncio.get_running_loop().run_in_executor(
-            self._decompressor, self._otlp_payloads, forward, batch
-        )
+        payloads = await self._in_decompressor(forward, batch)
         self.stats.decompressed.update(batch.decompressed)
         for index, (push, payload) in enumerate(zip(forward.pushes, payloads, strict=True)):
             if isinstance(payload, ErrorCode):
@@ -348,6 +352,28 @@ class ForwardHandler:
         self.stats.answers.update(ErrorCode(code) for code in codes)
         return codes, throttle_ms
 
+    async def _in_decompressor(
+        self, forward: ForwardRequest, stats: ForwardStats
+    ) -> list[bytes | ErrorCode]:
+        """``_otlp_payloads`` on a worker thread.
+
+        Raises:
+            _StoppingError: the server shut its decompression threads down.
+        """
+        if self._decompressor is None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._otlp_payloads, forward, stats)
+        try:
+            work = self._decompressor.submit(self._otlp_payloads, forward, stats)
+        except RuntimeError as error:  # "cannot schedule new futures after shutdown"
+            raise _StoppingError from error
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            if work.cancelled() and not _current_task_cancelling():
+                raise _StoppingError from None  # queued when the pool shut down
+            raise
+
     def _otlp_payloads(
         self, forward: ForwardRequest, stats: ForwardStats
     ) -> list[bytes | ErrorCode]:
@@ -371,6 +397,15 @@ class ForwardHandler:
             except TelemetryError as error:
                 payloads.append(error.error_code)
         return payloads
+
+
+class _StoppingError(Exception):
+    """The server is stopping: a request it cannot finish is answered 503, not dropped."""
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 #: The quota entity's user for forwarded traffic (a broker is not a client principal).

@@ -339,3 +339,23 @@ async def scrape(server: Server) -> str:
     ):
         assert answer.status == 200
         return await answer.text()
+
+
+async def test_a_request_during_shutdown_is_answered_503_to_retry_not_dropped(
+    server: Server,
+) -> None:
+    """Stopping closes the Kafka listener (and its decompression threads) before HTTP."""
+    assert server.listener is not None and server.log is not None and server.http_address
+    server.listener.decompressor.shutdown(wait=True)
+    host, port = server.http_address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://{host}:{port}{FORWARD_PATH}",
+            data=encode_request(1, [encode_push(otlp_payload("m"))]),
+            headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
+        ) as answer,
+    ):
+        assert answer.status == 503
+        assert answer.headers["Retry-After"] == "1"
+    assert server.log.log_end == 0
