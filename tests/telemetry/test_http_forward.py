@@ -11,7 +11,6 @@ import aiohttp
 import cramjam
 import lz4.frame
 import pytest
-import zstandard
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from telemetry.bootstrap import Server
@@ -29,7 +28,7 @@ from telemetry.http_forward import (
 )
 from tests.exporters.parquet_support import read_table
 from tests.exporters.support import payload
-from tests.telemetry.kafka_wire_client import otlp_payload
+from tests.telemetry.kafka_wire_client import otlp_payload, xerial_snappy, zstd_stream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -278,18 +277,6 @@ async def test_a_broker_over_its_byte_quota_is_throttled_then_muted(server: Serv
     assert logged == 1  # the muted request logged nothing...
     assert (other_status, other["error_codes"], other["throttle_time_ms"]) == (200, [0], 0)
     assert server.log.log_end == 2  # ...and another broker is not affected
-
-
-def zstd_stream(data: bytes) -> bytes:
-    """A zstd frame without a content size, as librdkafka and the Java client write it."""
-    compressor = zstandard.ZstdCompressor().compressobj()
-    return compressor.compress(data) + compressor.flush()
-
-
-def xerial_snappy(data: bytes) -> bytes:
-    """snappy-java's ``SnappyOutputStream`` framing (the Java client's snappy)."""
-    block = bytes(cramjam.snappy.compress_raw(data))
-    return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
 
 
 async def test_compressed_payloads_are_decompressed_and_non_otlp_ones_refused_per_push(
