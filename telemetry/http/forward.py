@@ -1,15 +1,18 @@
 """``POST /v1/telemetry/forward``: pushes a Kafka broker accepted, forwarded by the broker plugin.
 
 A broker running ``broker-plugin/`` has already applied KIP-714's rules
-(subscriptions, push gating, ``telemetry.max.bytes``) and decompressed the
-payload, so kip714 does not judge these pushes again: it authenticates the
-broker, logs each push durably, then answers one Kafka error code per push.
+(subscriptions, push gating, ``telemetry.max.bytes``), so kip714 does not
+judge these pushes again: it authenticates the broker, makes each payload
+OTLP (``forward_payload``: a 3.7 broker forwards it still compressed; one
+that is not OTLP is refused with INVALID_RECORD), logs each push durably,
+then answers one Kafka error code per push.
 
 The framing is :mod:`telemetry.http.forward_codec`'s (see ``docs/plugin.md``). The reply is JSON,
 ``{"error_codes": [0, 89, …], "throttle_time_ms": 0}``: 0 logged,
 THROTTLING_QUOTA_EXCEEDED (89) retry later (the log is full),
 TELEMETRY_TOO_LARGE (118) never (bigger than
-``telemetry.max_decompressed_bytes`` or the log's record limit).
+``telemetry.max_decompressed_bytes`` or the log's record limit),
+INVALID_RECORD (87) never (not OTLP, compressed or not).
 
 The broker's context lands as two resource attributes added to every
 resource of the payload, ``kafka.broker.id`` (int) and
@@ -37,20 +40,21 @@ from typing import TYPE_CHECKING, Final, Protocol
 from aiohttp import web
 
 from telemetry.enforcement import ClientEntity
-from telemetry.errors import ErrorCode
+from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.http.forward_codec import (
     ForwardedPush,
     ForwardFormatError,
     ForwardRequest,
     decode_forward_request,
-    with_broker_attributes,
 )
+from telemetry.http.forward_payload import ForwardStats, forwarded_otlp
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import PushContext
 from telemetry.ingress import refused_append, wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from concurrent.futures import Executor
 
     from telemetry.http.settings import ForwardSettings
     from telemetry.http.throttle import HttpQuotas
@@ -88,6 +92,8 @@ class ForwardHandler:
         clock: Callable[[], int] = wall_clock_ms,
         *,
         authorizer: ForwardAuthorizer,
+        decompressor: Executor | None = None,
+        stats: ForwardStats | None = None,
     ) -> None:
         self._log = log
         self._settings = settings
@@ -95,6 +101,9 @@ class ForwardHandler:
         self._authorizer = authorizer
         self._quotas = quotas
         self._clock = clock
+        #: Where payloads are decompressed and checked (``None``: the loop's default executor).
+        self._decompressor = decompressor
+        self.stats = stats if stats is not None else ForwardStats()
 
     async def handle(self, request: web.Request) -> web.Response:
         refusal = self._authenticate(request)
@@ -119,7 +128,13 @@ class ForwardHandler:
             )
         # Handling time: reading and decoding; waiting for the fsync is not work.
         handled_ns = time.perf_counter_ns() - started_ns
-        codes, throttle_ms = await self._log_pushes(forward)
+        try:
+            codes, throttle_ms = await self._log_pushes(forward)
+        except _StoppingError:
+            # Nothing of it was logged: the plugin retries it (503 with Retry-After).
+            return web.json_response(
+                {"error": "kip714 is stopping"}, status=503, headers={"Retry-After": "1"}
+            )
         if quotas is not None:
             quota_ms = quotas.finish_request(
                 broker,
@@ -159,11 +174,14 @@ class ForwardHandler:
         codes: list[int] = []
         pending: list[tuple[int, asyncio.Future[None]]] = []
         throttle_ms = 0
-        for index, push in enumerate(forward.pushes):
-            if len(push.payload) > self._max_payload_bytes:
-                codes.append(int(ErrorCode.TELEMETRY_TOO_LARGE))
+        # Counted into a batch of its own off the loop, merged here on the loop's thread.
+        batch = ForwardStats()
+        payloads = await self._in_decompressor(forward, batch)
+        self.stats.decompressed.update(batch.decompressed)
+        for index, (push, payload) in enumerate(zip(forward.pushes, payloads, strict=True)):
+            if isinstance(payload, ErrorCode):
+                codes.append(int(payload))
                 continue
-            payload = with_broker_attributes(push.payload, forward.broker_id, push.listener)
             try:
                 _, durable = self._log.append_nowait(_context(push), payload)
             except Exception as error:
@@ -183,7 +201,63 @@ class ForwardHandler:
                     code, wait_ms = _refused(result)
                     codes[index] = code
                     throttle_ms = max(throttle_ms, wait_ms)
+        self.stats.answers.update(ErrorCode(code) for code in codes)
         return codes, throttle_ms
+
+    async def _in_decompressor(
+        self, forward: ForwardRequest, stats: ForwardStats
+    ) -> list[bytes | ErrorCode]:
+        """``_otlp_payloads`` on a worker thread.
+
+        Raises:
+            _StoppingError: the server shut its decompression threads down.
+        """
+        if self._decompressor is None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._otlp_payloads, forward, stats)
+        try:
+            work = self._decompressor.submit(self._otlp_payloads, forward, stats)
+        except RuntimeError as error:  # "cannot schedule new futures after shutdown"
+            raise _StoppingError from error
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            if work.cancelled() and not _current_task_cancelling():
+                raise _StoppingError from None  # queued when the pool shut down
+            raise
+
+    def _otlp_payloads(
+        self, forward: ForwardRequest, stats: ForwardStats
+    ) -> list[bytes | ErrorCode]:
+        """Each push's payload to log, or the code refusing it (on a worker thread)."""
+        payloads: list[bytes | ErrorCode] = []
+        for push in forward.pushes:
+            if len(push.payload) > self._max_payload_bytes:
+                payloads.append(ErrorCode.TELEMETRY_TOO_LARGE)
+                continue
+            try:
+                payloads.append(
+                    forwarded_otlp(
+                        push.payload,
+                        self._max_payload_bytes,
+                        forward.broker_id,
+                        push.listener,
+                        stats=stats,
+                        share_gil=True,
+                    )
+                )
+            except TelemetryError as error:
+                payloads.append(error.error_code)
+        return payloads
+
+
+class _StoppingError(Exception):
+    """The server is stopping: a request it cannot finish is answered 503, not dropped."""
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 #: The quota entity's user for forwarded traffic (a broker is not a client principal).

@@ -15,9 +15,6 @@ a pass over every byte; the framing is as simple as Kafka's own (see
     string  := length:int16 (-1 = null)  UTF-8 bytes
 
 All integers are big-endian.
-
-The broker's context lands as two resource attributes added to every
-resource of the payload (:func:`with_broker_attributes`).
 """
 
 from __future__ import annotations
@@ -26,25 +23,17 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
-
 from telemetry.core.client_uuid import Uuid
 
 __all__ = [
-    "BROKER_ID_ATTRIBUTE",
-    "BROKER_LISTENER_ATTRIBUTE",
     "CONTENT_TYPE",
     "ForwardFormatError",
     "ForwardRequest",
     "ForwardedPush",
     "decode_forward_request",
-    "with_broker_attributes",
 ]
 
 CONTENT_TYPE: Final = "application/x-kip714-forward"
-BROKER_ID_ATTRIBUTE: Final = "kafka.broker.id"
-BROKER_LISTENER_ATTRIBUTE: Final = "kafka.broker.listener"
 FORMAT_VERSION: Final = 1
 _TERMINATING: Final = 0x01
 _HEAD: Final = struct.Struct(">bii")
@@ -152,30 +141,3 @@ def _decode_push(view: memoryview, position: int) -> tuple[ForwardedPush, int]:
         ),
         position,
     )
-
-
-def with_broker_attributes(payload: bytes, broker_id: int | None, listener: str | None) -> bytes:
-    """``payload`` with the broker's id and listener set on every resource.
-
-    A payload that is not OTLP is logged unchanged: the landing counts it
-    as undecodable, as it would from a client connected directly.
-    """
-    if broker_id is None and listener is None:
-        return payload
-    data = MetricsData()
-    try:
-        data.ParseFromString(payload)
-    except Exception:  # upb's DecodeError, or whatever else the parser raises
-        return payload
-    ours = {BROKER_ID_ATTRIBUTE, BROKER_LISTENER_ATTRIBUTE}
-    for resource_metrics in data.resource_metrics:
-        attributes = resource_metrics.resource.attributes
-        kept = [kv for kv in attributes if kv.key not in ours]
-        del attributes[:]
-        attributes.extend(kept)
-        if broker_id is not None:
-            attributes.append(KeyValue(key=BROKER_ID_ATTRIBUTE)).value.int_value = broker_id
-        if listener is not None:
-            attributes.append(KeyValue(key=BROKER_LISTENER_ATTRIBUTE)).value.string_value = listener
-    serialized: bytes = data.SerializeToString()
-    return serialized

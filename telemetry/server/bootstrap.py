@@ -32,6 +32,7 @@ from telemetry.errors import ConfigError
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.app import create_app
 from telemetry.http.forward import ForwardHandler
+from telemetry.http.forward_payload import ForwardCollector
 from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.ingest import IngestLog
@@ -305,7 +306,9 @@ class Server:
             settings.telemetry.max_decompressed_bytes,
             http_quotas,
             authorizer=self.authorizer,
+            decompressor=self.listener.decompressor,
         )
+        registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
         add_admin_routes(app, self.admin, authorizer=self.authorizer)
