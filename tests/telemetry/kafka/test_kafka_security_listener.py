@@ -39,8 +39,8 @@ from telemetry.wire.scram_messages import (
     ScramCredentialDeletion,
     ScramCredentialUpsertion,
 )
+from tests.telemetry.kafka.test_kafka_security_clients import sasl_frame
 from tests.telemetry.kafka_wire_client import WireClient, sized
-from tests.telemetry.security.test_kafka_security_clients import sasl_frame
 from tests.telemetry.server_support import running
 
 if TYPE_CHECKING:

@@ -20,9 +20,9 @@ from telemetry.errors import ErrorCode
 from telemetry.server.bootstrap import Server
 from telemetry.server.config import load_settings
 from tests.exporters.parquet_support import read_table
+from tests.telemetry.cli.test_log_cli import kip714_log
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
-from tests.telemetry.test_log_cli import kip714_log
-from tests.telemetry.test_serve_log_identity import CONFIG
+from tests.telemetry.server.test_serve_log_identity import CONFIG
 
 if TYPE_CHECKING:
     from pathlib import Path

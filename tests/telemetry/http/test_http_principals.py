@@ -16,10 +16,10 @@ import aiohttp
 import pyarrow.dataset as ds
 
 from telemetry.errors import ErrorCode
+from tests.telemetry.http.test_http_otlp import PROTOBUF, ROUTE, SDK_BODY
 from tests.telemetry.kafka_wire_client import otlp_payload
 from tests.telemetry.security.tls_support import make_certificates
 from tests.telemetry.server_support import running, until
-from tests.telemetry.test_http_otlp import PROTOBUF, ROUTE, SDK_BODY
 
 if TYPE_CHECKING:
     from pathlib import Path

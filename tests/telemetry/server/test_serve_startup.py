@@ -17,7 +17,7 @@ from tests.telemetry.serve_process import ServeProcess
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -25,9 +25,7 @@ from telemetry.enforcement import (
     ThrottleReason,
 )
 from telemetry.errors import ErrorCode
-from tests.telemetry.http_support import kafka_uuid, running_http
-from tests.telemetry.kafka_wire_client import ZERO_ID, ManualClock, otlp_payload, running_server
-from tests.telemetry.test_http_otlp import (
+from tests.telemetry.http.test_http_otlp import (
     PROTOBUF,
     ROUTE,
     SDK_BODY,
@@ -36,6 +34,8 @@ from tests.telemetry.test_http_otlp import (
     post,
     resource_metrics,
 )
+from tests.telemetry.http_support import kafka_uuid, running_http
+from tests.telemetry.kafka_wire_client import ZERO_ID, ManualClock, otlp_payload, running_server
 
 if TYPE_CHECKING:
     from pathlib import Path

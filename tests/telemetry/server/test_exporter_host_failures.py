@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from telemetry.ingest import IngestLog
 from telemetry.server.exporter_host import FAILING_AFTER, ExporterHost
 from tests.telemetry.ingest.support import SMALL
-from tests.telemetry.test_exporter_host import Recorder, append, settings, until
+from tests.telemetry.server.test_exporter_host import Recorder, append, settings, until
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -28,10 +28,9 @@ from telemetry.http.kip714 import PushHandler
 from telemetry.ingest import LogConfig
 from telemetry.ingress import INLINE_DECOMPRESSED_BYTES
 from tests.telemetry.http_support import HttpServer, kafka_uuid, running_http
-from tests.telemetry.kafka_wire_client import LOOPBACK, ManualClock, otlp_payload, running_server
 
 # The Kafka listener's cases, collected here with this module's ``server`` fixture.
-from tests.telemetry.test_kafka_listener_push import (  # noqa: F401
+from tests.telemetry.kafka.test_kafka_listener_push import (  # noqa: F401
     INTERVAL_MS,
     MAX_BYTES,
     MAX_DECOMPRESSED,
@@ -52,6 +51,7 @@ from tests.telemetry.test_kafka_listener_push import (  # noqa: F401
     test_unknown_subscription_id_then_get_is_exempt_from_the_gate,
     test_unsupported_compression_type_then_get_is_exempt,
 )
+from tests.telemetry.kafka_wire_client import LOOPBACK, ManualClock, otlp_payload, running_server
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

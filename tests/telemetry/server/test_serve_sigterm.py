@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.serve_process import ServeProcess
-from tests.telemetry.test_serve_parquet import (
+from tests.telemetry.server.test_serve_parquet import (
     POINTS_PER_PUSH,
     _push_until_stopped,
     every_file_is_whole,

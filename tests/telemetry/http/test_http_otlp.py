@@ -53,7 +53,7 @@ PROTOBUF = {"Content-Type": "application/x-protobuf"}
 JSON = {"Content-Type": "application/json"}
 MAX_BYTES = 64 * 1024
 MAX_DECOMPRESSED = 256 * 1024
-EXAMPLE = Path(__file__).parent / "data" / "otlp_metrics_example.json"
+EXAMPLE = Path(__file__).parents[1] / "data" / "otlp_metrics_example.json"
 SDK_RESOURCE = {
     "service.name": "checkout",
     "service.namespace": "shop",
