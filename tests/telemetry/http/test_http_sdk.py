@@ -27,7 +27,7 @@ from telemetry.core.client_uuid import Uuid
 from tests.exporters.parquet_support import read_rows
 from tests.telemetry.serve_process import ServeProcess
 
-APP = Path(__file__).parents[1] / "otel_sdk_app.py"
+APP = Path(__file__).with_name("otel_sdk_app.py")
 INSTANCE = "7f7b0d4e-1c0a-4e5e-9a53-1d5bb1a7a001"
 CONFIG = """
 [exporters.landing]
