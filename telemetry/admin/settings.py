@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from telemetry import toml_checks as toml
 from telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -31,11 +32,9 @@ def parse_admin(
     """The two sections (None when absent); unknown keys are refused."""
     token: str | None = None
     if admin is not None:
-        _refuse_unknown("admin.", admin, {"token"})
+        toml.refuse_unknown("admin.", admin, {"token"})
         if "token" in admin:
-            token = admin["token"]
-            if not isinstance(token, str) or not token:
-                raise ConfigError("admin.token", token, "expected a non-empty string")
+            token = toml.string("admin.token", admin["token"])
     super_users: frozenset[str] | None = None
     if security is not None:
         super_users = frozenset(_principals(security.get("super_users", [])))
@@ -50,9 +49,3 @@ def _principals(value: object) -> list[str]:
         if kind != "User" or not name:
             raise ConfigError("security.super_users", principal, 'expected "User:<name>"')
     return value
-
-
-def _refuse_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
-    for key in table:
-        if key not in known:
-            raise ConfigError(f"{prefix}{key}", table[key], "unknown key")

@@ -23,8 +23,9 @@ from telemetry.cli import demo
 from telemetry.cli import log as log_cli
 from telemetry.cli.log_setup import configure_logging
 from telemetry.errors import ConfigError
+from telemetry.kafka.settings import DEFAULT_KAFKA_LISTEN
 from telemetry.server.bootstrap import Server, StartupError
-from telemetry.server.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
+from telemetry.server.config import DEFAULT_HTTP_LISTEN, load_settings
 from telemetry.server.data_dir_lock import DataDirLockedError
 
 if TYPE_CHECKING:

@@ -12,9 +12,14 @@ full 1 MiB push at 16× and still bounds the memory one push can take.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-from telemetry.errors import ConfigError
+from telemetry import toml_checks as toml
+from telemetry.core.subscriptions import Subscription, validate_subscription
+from telemetry.errors import ConfigError, TelemetryError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "DEFAULT_INSTANCE_CACHE_EXPIRY_MS",
@@ -63,3 +68,24 @@ def _check_int(key: str, value: object, minimum: int, maximum: int) -> None:
         raise ConfigError(key, value, "must be an integer")
     if not minimum <= value <= maximum:
         raise ConfigError(key, value, f"must be between {minimum} and {maximum}")
+
+
+def parse_telemetry(section: Mapping[str, Any]) -> TelemetryConfig:
+    values = {key: toml.integer(f"telemetry.{key}", value, None) for key, value in section.items()}
+    return TelemetryConfig(**values)
+
+
+def parse_subscriptions(table: Mapping[str, Any]) -> tuple[Subscription, ...]:
+    subscriptions = []
+    for name, properties in table.items():
+        key = f"subscriptions.{name}"
+        if not isinstance(properties, dict):
+            raise ConfigError(key, properties, "expected a table of metrics, interval.ms, match")
+        try:
+            subscription = validate_subscription(name, properties)
+        except TelemetryError as error:
+            raise ConfigError(key, dict(properties), str(error)) from None
+        if subscription is None:
+            raise ConfigError(key, {}, "an empty subscription subscribes to nothing")
+        subscriptions.append(subscription)
+    return tuple(subscriptions)

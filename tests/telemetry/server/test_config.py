@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from telemetry.errors import ConfigError
-from telemetry.server.config import load_settings, parse_host_port, settings_from_mapping
+from telemetry.server.config import load_settings, settings_from_mapping
+from telemetry.toml_checks import parse_host_port
 
 
 def write(tmp_path: Path, text: str) -> Path:
