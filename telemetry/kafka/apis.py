@@ -1,8 +1,10 @@
 """The Kafka APIs kip714 serves: one request frame in, its response (or a pending one) out.
 
-Decoding, routing to the handler of each API, and the KIP-714 handlers
-themselves; the listener (``telemetry.kafka.listener``) owns the sockets and
-hands every complete frame here. The time from decoding to the response is
+One table of served APIs (``telemetry.kafka.table``): the KIP-714 rows are
+registered here, and hand their requests to the one ingress flow
+(``telemetry.ingress``); SASL, the admin APIs and SCRAM credentials register
+their own rows. The listener (``telemetry.kafka.listener``) owns the sockets
+and hands every complete frame here. The time from decoding to the response is
 the request time charged to the client's ``request_percentage`` quota (KIP-124).
 """
 

@@ -1,31 +1,26 @@
 """The Kafka-protocol front door: unmodified Kafka clients push telemetry here.
 
+The listener owns the sockets: it accepts connections (Kafka's connection
+quotas at accept: refuse, close after a delay, or delay the acceptor),
+closes idle ones in one periodic sweep, bounds the bytes read but not yet
+handled across connections by the memory pool, and hands every complete
+frame to :class:`~telemetry.kafka.apis.KafkaApis`, which answers it from the
+one table of served APIs.
+
 One task per connection reads size-prefixed frames and answers each request
 before reading the next, as a Kafka broker mutes a channel while its request
 is in flight: pipelined requests are therefore answered in order. A response
 with a throttle time keeps the channel muted for that long (Kafka's quota
 backpressure), so a client that honours it is never disconnected for it.
 
-Anything the codec refuses — a malformed frame, a lying size, an unknown api
-key, an unsupported version of anything but ApiVersions — closes that one
+Anything refused — a malformed frame, a lying size, an unknown api key, an
+unsupported version of anything but ApiVersions — closes that one
 connection with a log line; the server and every other client carry on.
 
-A push is acknowledged (error NONE) only after the ingest log has it on disk.
-
-A push whose payload expands past :data:`INLINE_DECOMPRESSED_BYTES` is
-decompressed in a small thread pool rather than on the event loop, so one
-client's 16 MiB expansion does not stall everybody else's small pushes; its
-connection stays busy meanwhile, so its later requests are still answered
-in order. Real clients' pushes (a few KiB) never leave the loop: no thread
-hop, no task, on the hot path.
-
-Quotas (``telemetry.enforcement``) are applied here the Kafka way: connection
-limits at accept (refuse, close after a delay, or delay the acceptor); the
-time of every request and the bytes of every push recorded against the
-client's entity, the throttle returned in ``throttle_time_ms`` and served by
-muting the channel after the response; a strict instance-creation quota on
-GET; idle connections closed by one periodic sweep; and the bytes read but
-not yet handled bounded across connections by the memory pool.
+The decompression threads for pushes expanding past
+:data:`~telemetry.ingress.INLINE_DECOMPRESSED_BYTES` are created here (and
+shared with the HTTP door by the server), so one client's 16 MiB expansion
+does not stall everybody else's small pushes.
 """
 
 from __future__ import annotations
