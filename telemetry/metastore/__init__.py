@@ -2,11 +2,11 @@
 
 An append-only, checksummed log of KRaft-shaped records under
 ``<data_dir>/meta/`` with periodic snapshots, replayed into an in-memory
-image at open; and the pure rules that turn Kafka admin requests into
-records (validation with Kafka's error codes and messages) and that merge
-the static TOML subscriptions with the dynamic ones. Not yet reached from
-the listener. Depends on the standard library, ``crc32c``, ``telemetry.wire``
-primitives, ``telemetry.security`` and ``telemetry.core.subscriptions``.
+image at open: records, image and store only. The rules that turn Kafka
+admin requests into records, and the precedence of the static TOML
+subscriptions over the dynamic ones, are the admin plane's
+(``telemetry.admin``). Depends on the standard library, ``crc32c``,
+``durable``, ``telemetry.wire`` primitives and ``telemetry.security``.
 """
 
 from __future__ import annotations
