@@ -233,8 +233,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         limits=limits,
         forward=parse_forward(toml.section("forward", document, {"token", "max_request_bytes"})),
         admin=parse_admin(
-            toml.table("admin", document["admin"]) if "admin" in document else None,
-            toml.table("security", document["security"]) if "security" in document else None,
+            toml.table("admin", document["admin"]) if "admin" in document else None, security
         ),
         security=security,
     )
