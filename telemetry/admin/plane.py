@@ -21,6 +21,7 @@ change never works from an image another change is about to replace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from dataclasses import replace
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from telemetry.enforcement import Enforcement, LimitSettings
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore, QuotaEntity
+    from telemetry.metastore import MetadataImage, MetadataRecord, QuotaEntity
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.subscriptions import Subscription, SubscriptionRegistry
     from telemetry.wire.config_messages import AlterConfigsResource
     from telemetry.wire.quota_messages import (
@@ -116,7 +118,7 @@ class AdminPlane:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: MetadataBackend,
         subscriptions: SubscriptionRegistry,
         enforcement: Enforcement,
         *,
@@ -131,6 +133,7 @@ class AdminPlane:
         self._static_quotas = static_quotas
         self._limits = limits
         self._changing = asyncio.Lock()
+        self._apply_scheduled = False
 
     # -- applying ----------------------------------------------------------------------------
 
@@ -154,6 +157,30 @@ class AdminPlane:
         """Make what is in force equal to static then dynamic (at start, after a change)."""
         self._apply_quotas()
         self._apply_subscriptions()
+
+    def follow_store(self) -> None:
+        """Run by the changes other nodes make to a shared store, as they arrive.
+
+        The store calls back on its own thread; the application runs on the
+        event loop, at most one pending at a time (it reads the newest image).
+        """
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:
+            if self._apply_scheduled:
+                return  # the scheduled application reads the image this change made
+            self._apply_scheduled = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
+                loop.call_soon_threadsafe(self._apply_changed)
+
+        self.store.watch(changed)
+
+    def _apply_changed(self) -> None:
+        self._apply_scheduled = False
+        try:
+            self.apply()
+        except Exception:
+            _log.exception("applying the metadata store's image failed")
 
     def _apply_subscriptions(self) -> None:
         registry = self._registry
