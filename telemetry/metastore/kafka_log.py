@@ -264,10 +264,8 @@ class KafkaMetadataLog:
                     f"cannot produce to {self.location}: {error}"
                 ) from None
             deadline = time.monotonic() + DELIVERY_TIMEOUT_MS / 1000 + _CLOSE_FLUSH_S
-            # Serve the delivery reports here too, so an answer waits for no poll interval.
-            self._producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 1)
+            self._await_delivery(pending, deadline)
             with self._changed:
-                self._wait(lambda: pending.remaining == 0, deadline, "acknowledged by the cluster")
                 if pending.errors:
                     raise MetadataStoreFailedError(
                         f"{self.location} did not take the change: {'; '.join(pending.errors)}"
@@ -309,16 +307,33 @@ class KafkaMetadataLog:
                 f"this node stopped following {self.location}: {self._failure}"
             )
 
+    def _await_delivery(self, pending: _Pending, deadline: float) -> None:
+        """Serve delivery reports on this thread (no poll interval) until all are in.
+
+        Checks between short polls, so :meth:`close` ends the wait within one.
+        """
+        while True:
+            with self._changed:
+                if pending.remaining == 0:
+                    return
+                self._check_usable()
+                if time.monotonic() >= deadline:
+                    raise self._timed_out("acknowledged by the cluster")
+            self._producer.poll(_POLL_S / 2)
+
     def _wait(self, done: Callable[[], bool], deadline: float, what: str) -> None:
         """Wait (holding ``_changed``) for ``done``, a close or failure, or ``deadline``."""
         while not done():
             self._check_usable()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise MetadataLogTimeoutError(
-                    f"the change was not {what} in time ({self.location}); it may still apply"
-                )
+                raise self._timed_out(what)
             self._changed.wait(min(remaining, 1.0))
+
+    def _timed_out(self, what: str) -> MetadataLogTimeoutError:
+        return MetadataLogTimeoutError(
+            f"the change was not {what} in time ({self.location}); it may still apply"
+        )
 
     def _catch_up(self, deadline: float) -> None:
         """Apply every message up to the partition's end as of now."""
