@@ -332,7 +332,12 @@ def test_a_node_killed_while_changes_flow_converges_on_restart(nodes: list[Node]
     second.process.kill()  # SIGKILL
     wait_for(lambda: writer.failures >= 1, 20, "a change fails on the killed node")
     second.process.start()  # reads the topic to its end before it serves
-    wait_for(lambda: len(writer.acknowledged) >= 40, 30, "changes flow again")
+    restarted = len(writer.acknowledged_by)
+    wait_for(
+        lambda: writer.acknowledged_by[restarted:].count(1) >= 5,
+        30,
+        "the restarted node takes changes again",
+    )
     writer.finish()
     image = converge([first, second, third], 10)
 
@@ -349,7 +354,6 @@ def test_a_node_killed_while_changes_flow_converges_on_restart(nodes: list[Node]
         later = [v for e, v in writer.sent if e == entity and v >= value]
         assert final[entity] in later, (entity, final[entity], value)
     assert writer.failures >= 1
-    assert 1 in writer.acknowledged_by[-10:], "the restarted node takes changes again"
 
 
 def test_the_broker_restarted_under_load_loses_no_acknowledged_change(
