@@ -340,7 +340,9 @@ class Server:
         self._note_failures()
         cancelled: asyncio.CancelledError | None = None
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("instance expiry", self._stop_sweeper)
+            ("instance expiry", self._stop_sweeper),
+            # A change waiting for the Kafka cluster must not hold up the listeners' drain.
+            ("metadata changes in flight", self._interrupt_metadata_changes),
         ]
         if self.listener is not None:
             steps.append(("kafka listener", self.listener.close))
@@ -394,6 +396,10 @@ class Server:
         except Exception as error:  # a stored value this version refuses
             raise StartupError(f"metadata store {store.location}: {error}") from error
         self.admin.follow_store()
+
+    async def _interrupt_metadata_changes(self) -> None:
+        if self.admin is not None:
+            self.admin.store.interrupt()
 
     async def _close_admin_plane(self) -> None:
         admin, self.admin = self.admin, None

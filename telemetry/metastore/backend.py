@@ -40,6 +40,14 @@ class MetadataBackend(Protocol):
         """
         ...
 
+    def interrupt(self) -> None:
+        """Fail the changes still waiting on something outside this process (a stopping server).
+
+        A local append waits only for its own fsync: nothing to do. Later
+        appends fail; reads go on until :meth:`close`.
+        """
+        ...
+
     def close(self) -> None:
         """Release the store; idempotent."""
         ...

@@ -157,6 +157,7 @@ class KafkaMetadataLog:
         self._watchers: list[Callable[[], None]] = []
         self._stopping = threading.Event()
         self._closed = False
+        self._interrupted = False
         self._failure: str | None = None
         self._thread: threading.Thread | None = None
         common: dict[str, Any] = {
@@ -274,6 +275,12 @@ class KafkaMetadataLog:
                 self._wait(lambda: self.stats.position >= end, deadline, "applied on this node")
                 return self._image
 
+    def interrupt(self) -> None:
+        """Fail waiting and later appends at once; keep following until :meth:`close`."""
+        with self._changed:
+            self._interrupted = True
+            self._changed.notify_all()
+
     def close(self) -> None:
         """Stop following, wake waiting appends, close the clients; idempotent.
 
@@ -296,8 +303,10 @@ class KafkaMetadataLog:
     # -- internals --------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
-        if self._closed:
-            raise MetadataStoreClosedError(f"metadata log {self.location} is closed")
+        if self._closed or self._interrupted:
+            raise MetadataStoreClosedError(
+                f"metadata log {self.location} is closed: the server is stopping"
+            )
         if self._client_log.fatal is not None:
             raise MetadataStoreFailedError(
                 f"metadata log producer failed: {self._client_log.fatal}"

@@ -176,6 +176,9 @@ class MetadataStore:
     def watch(self, callback: Callable[[], None]) -> None:
         """Nothing but :meth:`append` changes a local store: ``callback`` is never called."""
 
+    def interrupt(self) -> None:
+        """An append waits only for its own fsync: it is left to finish."""
+
     def append(self, records: Sequence[MetadataRecord]) -> MetadataImage:
         """Append one request's records atomically and durably; return the new image.
 

@@ -390,8 +390,28 @@ def test_the_broker_restarted_under_load_loses_no_acknowledged_change(
     assert not appending.is_alive()
     assert isinstance(outcome[0], MetadataStoreClosedError)
 
+    # A node stopped while its change waits for the cluster answers it with an
+    # error and exits cleanly (ServeProcess.stop bounds the wait at 20 s).
+    third = nodes[2]
+    answers: list[object] = []
+
+    def change_during_outage() -> None:
+        try:
+            answers.append(third.set_quota("outage", 5.0))
+        except OSError as error:  # the connection closed by the stopping node
+            answers.append(error)
+
+    changing = threading.Thread(target=change_during_outage)
+    changing.start()
+    time.sleep(0.5)
+    assert third.process.stop() == 0
+    changing.join(15)
+    assert not changing.is_alive()
+    assert answers[0] == 500 or isinstance(answers[0], OSError), answers
+
     acknowledged_before = len(writer.acknowledged)
     broker.start()
+    third.process.start()
     wait_for(lambda: len(writer.acknowledged) >= acknowledged_before + 20, 60, "changes flow again")
     writer.finish()
     image = converge(nodes, 15)
