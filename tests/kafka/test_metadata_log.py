@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -25,7 +27,13 @@ from confluent_kafka.admin._scram import (
 )
 
 from telemetry.errors import ErrorCode
-from telemetry.metastore import ClientQuotaRecord, MetadataStoreClosedError
+from telemetry.metastore import (
+    ClientQuotaRecord,
+    ConfigRecord,
+    MetadataRecord,
+    MetadataStore,
+    MetadataStoreClosedError,
+)
 from telemetry.metastore.kafka_log import KafkaMetadataLog
 from telemetry.metastore.settings import parse_meta
 from tests.kafka.kafka_dist import KafkaBroker
@@ -354,6 +362,48 @@ def test_a_node_killed_while_changes_flow_converges_on_restart(nodes: list[Node]
         later = [v for e, v in writer.sent if e == entity and v >= value]
         assert final[entity] in later, (entity, final[entity], value)
     assert writer.failures >= 1
+
+
+def test_migrate_copies_a_local_store_into_the_topic(tmp_path: Path, broker: KafkaBroker) -> None:
+    local: list[MetadataRecord] = [
+        ConfigRecord(resource_type=16, resource_name="old", name="metrics", value="*"),
+        ConfigRecord(resource_type=16, resource_name="old", name="interval.ms", value="5000"),
+        ClientQuotaRecord(entity=(("user", None),), key="push_byte_rate", value=4096.0),
+        ClientQuotaRecord(entity=(("ip", "10.0.0.1"),), key="connection_creation_rate", value=3),
+    ]
+    with MetadataStore.open(tmp_path / "data") as store:
+        store.append(local)
+        image = store.image
+    config = tmp_path / "migrate.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[meta]\nstore = "kafka"\n'
+        f'bootstrap_servers = "{broker.bootstrap}"\ntopic = "migrated"\n'
+    )
+
+    def migrate(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "telemetry", "meta", "migrate", "--to-kafka",
+             "--config", str(config), *extra],
+            capture_output=True, text=True, timeout=90, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    first = migrate()
+    again = migrate()
+    forced = migrate("--force")
+    assert (first.returncode, first.stderr) == (0, "")
+    assert first.stdout.startswith("copied 4 records (3 entities) from ")
+    assert again.returncode == 1
+    assert "already holds 4 records; --force" in again.stderr
+    assert forced.returncode == 0
+    settings = parse_meta(
+        {"store": "kafka", "bootstrap_servers": broker.bootstrap, "topic": "migrated"}
+    )
+    reader = KafkaMetadataLog.open(settings)
+    try:
+        assert reader.image == image
+        assert reader.next_offset == 6  # three entities, written twice
+    finally:
+        reader.close()
 
 
 def test_the_broker_restarted_under_load_loses_no_acknowledged_change(
