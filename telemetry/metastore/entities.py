@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from telemetry.metastore.image import scram_record
 from telemetry.metastore.records import (
     ClientQuotaRecord,
     ConfigRecord,
@@ -140,18 +141,7 @@ def entity_state(image: MetadataImage, entity: Entity) -> tuple[MetadataRecord, 
             )
         case ScramEntity(user, mechanism):
             credential = image.scram_credentials.get((user, mechanism))
-            if credential is None:
-                return ()
-            return (
-                UserScramCredentialRecord(
-                    name=user,
-                    mechanism=mechanism,
-                    salt=credential.salt,
-                    stored_key=credential.stored_key,
-                    server_key=credential.server_key,
-                    iterations=credential.iterations,
-                ),
-            )
+            return () if credential is None else (scram_record(user, mechanism, credential),)
 
 
 def messages_for(image: MetadataImage, records: Iterable[MetadataRecord]) -> list[Message]:
