@@ -174,6 +174,7 @@ class AdminPlane:
                 loop.call_soon_threadsafe(self._apply_changed)
 
         self.store.watch(changed)
+        changed()  # a change applied between the last apply() and the registration
 
     def _apply_changed(self) -> None:
         self._apply_scheduled = False

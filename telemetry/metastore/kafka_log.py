@@ -109,8 +109,13 @@ class _ClientLog:
         self._logger = logging.getLogger(__name__ + ".client")
 
     def log(self, level: int, message: str, *args: object) -> None:
-        """librdkafka's ``logger`` callback (served by poll / flush)."""
-        self._logger.log(level if self.opened else logging.DEBUG, message, *args)
+        """librdkafka's ``logger`` callback (served by poll / flush).
+
+        At most a warning: the client retries what it logs as an error (a
+        broker down), and what does fail reaches the appends as their error.
+        """
+        shown = min(level, logging.WARNING) if self.opened else logging.DEBUG
+        self._logger.log(shown, message, *args)
 
     def error(self, error: KafkaError) -> None:
         """librdkafka's ``error_cb``: most are transient (a broker down, a timeout)."""
