@@ -44,7 +44,13 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from telemetry.metastore.entities import decode_key, decode_value, messages_for, replacing
+from telemetry.metastore.entities import (
+    Entity,
+    decode_key,
+    decode_value,
+    messages_for,
+    replacing,
+)
 from telemetry.metastore.image import MetadataImage
 from telemetry.metastore.records import RecordFormatError
 from telemetry.metastore.store import (
@@ -354,6 +360,9 @@ class KafkaMetadataLog:
         partition = TopicPartition(self._topic, PARTITION, OFFSET_BEGINNING)
         self._consumer.assign([partition])
         end = self._end_offset(deadline)
+        # The last state of each entity, as compaction would keep it: the image is
+        # built once at the end, not once per message (a message's replay copies it).
+        states: dict[Entity, tuple[MetadataRecord, ...]] = {}
         while self.stats.position < end:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -361,7 +370,17 @@ class KafkaMetadataLog:
                     f"read {self.stats.position} of {end} offsets of {self.location} "
                     f"within {self._settings.startup_timeout_s:g} s"
                 )
-            self._handle(self._consumer.poll(min(_POLL_S, remaining)))
+            message = self._consumer.poll(min(_POLL_S, remaining))
+            if message is None or message.error() is not None:
+                self._handle(message)
+                continue
+            decoded = self._decode(message)
+            if decoded is not None:
+                entity, state = decoded
+                states[entity] = state
+                self.stats.applied_records += 1
+            self.stats.position = _offset(message) + 1
+        self._image = MetadataImage().apply(record for state in states.values() for record in state)
 
     def _end_offset(self, deadline: float) -> int:
         partition = TopicPartition(self._topic, PARTITION)
@@ -409,20 +428,31 @@ class KafkaMetadataLog:
             return
         self._apply(message)
 
-    def _apply(self, message: Message) -> None:
-        offset = _offset(message)
+    def _decode(self, message: Message) -> tuple[Entity, tuple[MetadataRecord, ...]] | None:
+        """The entity and its new state; None (logged, counted) for a message to skip."""
         try:
             entity = decode_key(message.key() or b"")
             state = decode_value(entity, message.value())
-            image = self._image.apply(replacing(self._image, entity, state))
+            MetadataImage().apply(state)  # a value the image refuses fails here, alone
         except (RecordFormatError, ValueError) as error:
             # Every node skips the same message, so they still agree.
-            _log.error("metadata log %s: skipping offset %d: %s", self.location, offset, error)
+            _log.error(
+                "metadata log %s: skipping offset %d: %s", self.location, _offset(message), error
+            )
+            self.stats.skipped_records += 1
+            return None
+        return entity, state
+
+    def _apply(self, message: Message) -> None:
+        offset = _offset(message)
+        decoded = self._decode(message)
+        if decoded is None:
             with self._changed:
-                self.stats.skipped_records += 1
                 self.stats.position = offset + 1
                 self._changed.notify_all()
             return
+        entity, state = decoded
+        image = self._image.apply(replacing(self._image, entity, state))
         _, timestamp_ms = message.timestamp()
         with self._changed:
             self._image = image
