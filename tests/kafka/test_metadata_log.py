@@ -332,6 +332,21 @@ def test_a_scram_user_created_through_node_3_logs_in_on_node_1(nodes: list[Node]
     assert sasl_count(first, "failed") == 0
 
 
+def test_a_message_kip714_cannot_read_is_skipped_alike_on_every_node(
+    nodes: list[Node], broker: KafkaBroker
+) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer.produce(TOPIC, key=b'["quota",[["user"]]]', value=b"junk", partition=0)
+    producer.produce(TOPIC, key=b'["config",16,"base"]', value=b"\x00" * 20, partition=0)
+    assert producer.flush(30) == 0
+    assert nodes[0].set_quota("after-junk", 7.0) == 200
+    image = converge(nodes, 10)
+    assert {"type": "client_quota", "entity": {"client-id": "after-junk"},
+            "key": "push_byte_rate", "value": 7.0} in image["records"]  # fmt: skip
+    for node in nodes:
+        assert "kip714_metadata_log_skipped_records_total 2.0" in node.metrics()
+
+
 def test_a_node_killed_while_changes_flow_converges_on_restart(nodes: list[Node]) -> None:
     first, second, third = nodes
     writer = Writer([first, second], "flow", entities=6)
