@@ -1,8 +1,8 @@
 """The admin plane's state: the metadata store, applied to the running server.
 
 One :class:`AdminPlane` per server, shared by the Kafka admin APIs and the
-HTTP admin API. It owns the opened :class:`~telemetry.metastore.MetadataStore`
-and keeps what is in force equal to *static then dynamic*:
+HTTP admin API. It owns the opened metadata store (local, or the Kafka topic
+several nodes share: ``telemetry.metastore.backend.MetadataBackend``) and keeps what is in force equal to *static then dynamic*:
 
 * subscriptions: the file's ``[subscriptions]`` merged key by key with the
   dynamic keys (``merge_subscriptions``), installed in the manager's
@@ -13,8 +13,8 @@ and keeps what is in force equal to *static then dynamic*:
   bounds on live sensors (Kafka's ``KafkaMetric.config(...)``): recorded usage
   is never reset. ``ip`` entities become per-IP connection creation rates.
 
-A change is evaluated against the current image, appended (fsync) in a worker
-thread, and only then answered; one asyncio lock serialises the changes, so a
+A change is evaluated against the current image, appended (fsync, or the
+cluster's acknowledgement) in a worker thread, and only then answered; one asyncio lock serialises the changes, so a
 change never works from an image another change is about to replace.
 """
 
