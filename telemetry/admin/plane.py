@@ -2,7 +2,8 @@
 
 One :class:`AdminPlane` per server, shared by the Kafka admin APIs and the
 HTTP admin API. It owns the opened metadata store (local, or the Kafka topic
-several nodes share: ``telemetry.metastore.backend.MetadataBackend``) and keeps what is in force equal to *static then dynamic*:
+several nodes share: ``telemetry.metastore.backend.MetadataBackend``) and
+keeps what is in force equal to *static then dynamic*:
 
 * subscriptions: the file's ``[subscriptions]`` merged key by key with the
   dynamic keys (``merge_subscriptions``), installed in the manager's
@@ -14,8 +15,10 @@ several nodes share: ``telemetry.metastore.backend.MetadataBackend``) and keeps 
   is never reset. ``ip`` entities become per-IP connection creation rates.
 
 A change is evaluated against the current image, appended (fsync, or the
-cluster's acknowledgement) in a worker thread, and only then answered; one asyncio lock serialises the changes, so a
-change never works from an image another change is about to replace.
+cluster's acknowledgement) in a worker thread, and only then answered; one
+asyncio lock serialises the changes, so a change never works from an image
+another change is about to replace. With a shared store, changes other nodes
+make arrive from the store's thread and are applied on the event loop.
 """
 
 from __future__ import annotations
