@@ -41,8 +41,6 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from telemetry.metastore.entities import (
     Entity,
@@ -52,12 +50,14 @@ from telemetry.metastore.entities import (
     replacing,
 )
 from telemetry.metastore.image import MetadataImage
-from telemetry.metastore.records import RecordFormatError
-from telemetry.metastore.store import (
-    MetadataStoreClosedError,
-    MetadataStoreError,
-    MetadataStoreFailedError,
+from telemetry.metastore.kafka_topic import (
+    PARTITION,
+    ClientLog,
+    MetadataLogTimeoutError,
+    ensure_topic,
 )
+from telemetry.metastore.records import RecordFormatError
+from telemetry.metastore.store import MetadataStoreClosedError, MetadataStoreFailedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-PARTITION: Final = 0
 #: How long a change may wait for the cluster (librdkafka's ``message.timeout.ms``):
 #: long enough to ride out a broker restart or a leader election.
 DELIVERY_TIMEOUT_MS: Final = 30_000
@@ -77,10 +76,6 @@ FETCH_WAIT_MAX_MS: Final = 100
 _POLL_S: Final = 0.1
 _CLOSE_FLUSH_S: Final = 5.0
 _JOIN_S: Final = 10.0
-
-
-class MetadataLogTimeoutError(MetadataStoreError):
-    """The topic could not be read to its end (or a change confirmed) in time."""
 
 
 @dataclass(slots=True)
@@ -100,38 +95,6 @@ class MetadataLogStats:
     @property
     def lag_records(self) -> int:
         return max(0, self.high_watermark - self.position)
-
-
-class _ClientLog:
-    """librdkafka's log lines and errors, quiet (debug) until the store is open.
-
-    A start that fails must end with its one error line, not the client's
-    connection attempts before it.
-    """
-
-    def __init__(self) -> None:
-        self.opened = False
-        self.fatal: KafkaError | None = None
-        self._logger = logging.getLogger(__name__ + ".client")
-
-    def log(self, level: int, message: str, *args: object) -> None:
-        """librdkafka's ``logger`` callback (served by poll / flush).
-
-        At most a warning: the client retries what it logs as an error (a
-        broker down), and what does fail reaches the appends as their error.
-        """
-        shown = min(level, logging.WARNING) if self.opened else logging.DEBUG
-        self._logger.log(shown, message, *args)
-
-    def error(self, error: KafkaError) -> None:
-        """librdkafka's ``error_cb``: most are transient (a broker down, a timeout)."""
-        if error.fatal():
-            self.fatal = error
-            self._logger.error("metadata log client: fatal error: %s", error)
-            return
-        self._logger.log(
-            logging.WARNING if self.opened else logging.DEBUG, "metadata log client: %s", error
-        )
 
 
 class _Pending:
@@ -157,7 +120,7 @@ class _Pending:
 class KafkaMetadataLog:
     """The shared metadata image: open with :meth:`open`, then append and watch."""
 
-    def __init__(self, settings: MetaSettings, client_log: _ClientLog) -> None:
+    def __init__(self, settings: MetaSettings, client_log: ClientLog) -> None:
         self._settings = settings
         self._client_log = client_log
         self._topic = settings.topic
@@ -208,7 +171,7 @@ class KafkaMetadataLog:
             MetadataStoreError: the topic exists with more than one partition.
         """
         deadline = time.monotonic() + settings.startup_timeout_s
-        client_log = _ClientLog()
+        client_log = ClientLog()
         ensure_topic(settings, client_log, deadline)
         log = cls(settings, client_log)
         try:
@@ -496,68 +459,3 @@ def _offset(message: Message) -> int:
     offset = message.offset()
     assert offset is not None  # set on every consumed message and delivery report
     return offset
-
-
-def ensure_topic(settings: MetaSettings, client_log: _ClientLog, deadline: float) -> None:
-    """Create the topic (one partition, compacted, replicated as the cluster allows) if missing.
-
-    Raises:
-        MetadataLogTimeoutError: the cluster did not answer in time.
-        MetadataStoreError: the topic exists with another partition count, or creation failed.
-    """
-    config: dict[str, Any] = {
-        **settings.client_config(),
-        "logger": client_log,
-        "error_cb": client_log.error,
-    }
-    admin = AdminClient(config)
-    topic = settings.topic
-    where = f"topic {topic} at {settings.bootstrap_servers}"
-
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise MetadataLogTimeoutError(
-                f"{where}: the cluster did not answer within {settings.startup_timeout_s:g} s"
-            )
-        return left
-
-    while True:
-        try:
-            metadata = admin.list_topics(timeout=remaining())  # all topics: never auto-creates
-        except KafkaException:
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-            continue
-        existing = metadata.topics.get(topic)
-        if existing is not None and existing.error is None:
-            if len(existing.partitions) != 1:
-                raise MetadataStoreError(
-                    f"{where} has {len(existing.partitions)} partitions: one partition keeps "
-                    "every change in one order"
-                )
-            return
-        replicas = min(3, max(1, len(metadata.brokers)))
-        configs: dict[str, Any] = {
-            "cleanup.policy": "compact",
-            # With three replicas an acknowledged change is on at least two.
-            "min.insync.replicas": "2" if replicas >= 3 else "1",
-        }
-        created = admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=replicas, config=configs)],
-            request_timeout=min(remaining(), 15.0),
-        )
-        try:
-            created[topic].result(timeout=remaining())
-        except KafkaException as error:
-            kafka_error = error.args[0] if error.args else None
-            if isinstance(kafka_error, KafkaError) and kafka_error.code() in (
-                KafkaError.TOPIC_ALREADY_EXISTS,
-                KafkaError.REQUEST_TIMED_OUT,
-                KafkaError._TIMED_OUT,
-            ):
-                continue  # another node created it meanwhile, or ask again
-            raise MetadataStoreError(f"{where}: cannot create it: {kafka_error or error}") from None
-        _log.info(
-            "created metadata topic %s (1 partition, replication %d, compacted)", topic, replicas
-        )
-        return
