@@ -74,6 +74,8 @@ DELIVERY_TIMEOUT_MS: Final = 30_000
 #: arrives here within about this long (the ``≤ 1 s`` promise in docs/admin.md).
 FETCH_WAIT_MAX_MS: Final = 100
 _POLL_S: Final = 0.1
+#: Messages applied with one copy of the image (a start reads the topic in such batches).
+_BATCH: Final = 1000
 _CLOSE_FLUSH_S: Final = 5.0
 _JOIN_S: Final = 10.0
 
@@ -323,9 +325,6 @@ class KafkaMetadataLog:
         partition = TopicPartition(self._topic, PARTITION, OFFSET_BEGINNING)
         self._consumer.assign([partition])
         end = self._end_offset(deadline)
-        # The last state of each entity, as compaction would keep it: the image is
-        # built once at the end, not once per message (a message's replay copies it).
-        states: dict[Entity, tuple[MetadataRecord, ...]] = {}
         while self.stats.position < end:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -333,17 +332,7 @@ class KafkaMetadataLog:
                     f"read {self.stats.position} of {end} offsets of {self.location} "
                     f"within {self._settings.startup_timeout_s:g} s"
                 )
-            message = self._consumer.poll(min(_POLL_S, remaining))
-            if message is None or message.error() is not None:
-                self._handle(message)
-                continue
-            decoded = self._decode(message)
-            if decoded is not None:
-                entity, state = decoded
-                states[entity] = state
-                self.stats.applied_records += 1
-            self.stats.position = _offset(message) + 1
-        self._image = MetadataImage().apply(record for state in states.values() for record in state)
+            self._apply(self._next_batch(min(_POLL_S, remaining)))
 
     def _end_offset(self, deadline: float) -> int:
         partition = TopicPartition(self._topic, PARTITION)
@@ -367,29 +356,71 @@ class KafkaMetadataLog:
         try:
             while not self._stopping.is_set():
                 self._producer.poll(0)  # the producer's logs and errors, delivery reports
-                self._handle(self._consumer.poll(_POLL_S))
+                self._apply(self._next_batch(_POLL_S))
         except Exception as error:
             _log.exception("the metadata log's consumer thread failed: this node stops following")
             with self._changed:
                 self._failure = f"{type(error).__name__}: {error}"
                 self._changed.notify_all()
 
-    def _handle(self, message: Message | None) -> None:
-        if message is None:
-            return
-        error = message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                with self._changed:
-                    # Compaction leaves gaps: the end, not the last message, is the position.
-                    end = _offset(message)
-                    self.stats.position = max(self.stats.position, end)
-                    self.stats.high_watermark = max(self.stats.high_watermark, end)
-                    self._changed.notify_all()
+    def _next_batch(self, timeout_s: float) -> list[Message]:
+        """The next message (waiting up to ``timeout_s``) and what is already fetched after it."""
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(_BATCH - 1, 0)]
+
+    def _apply(self, messages: list[Message]) -> None:
+        """Apply a batch of messages in order, with one new image for the batch.
+
+        Each message replaces its entity's whole state, so within a batch only
+        the last message of each entity counts, and entities do not interact:
+        the image is copied once per batch, not once per message.
+        """
+        states: dict[Entity, tuple[MetadataRecord, ...]] = {}
+        position = self.stats.position
+        timestamp_ms = applied = 0
+        for message in messages:
+            error = message.error()
+            if error is None:
+                decoded = self._decode(message)
+                if decoded is not None:
+                    entity, state = decoded
+                    states.pop(entity, None)  # keep the order of the last writes
+                    states[entity] = state
+                    timestamp_ms = message.timestamp()[1]
+                    applied += 1
+                position = _offset(message) + 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                # Compaction leaves gaps: the end, not the last message, is the position.
+                position = max(position, _offset(message))
             elif self._client_log.opened:
                 _log.warning("metadata log %s: %s", self.location, error)
+        if position == self.stats.position and not states:
             return
-        self._apply(message)
+        image = self._image
+        if states:
+            image = image.apply(
+                record
+                for entity, state in states.items()
+                for record in replacing(image, entity, state)
+            )
+        with self._changed:
+            self._image = image
+            self.stats.position = position
+            self.stats.high_watermark = max(self.stats.high_watermark, position)
+            self.stats.applied_records += applied
+            if timestamp_ms > 0:
+                self.stats.last_apply_delay_s = max(0.0, time.time() - timestamp_ms / 1000)
+            self._changed.notify_all()
+        if not states or not self._client_log.opened:
+            return
+        self._refresh_high_watermark()
+        for watcher in self._watchers:
+            try:
+                watcher()
+            except Exception:
+                _log.exception("a metadata log watcher failed")
 
     def _decode(self, message: Message) -> tuple[Entity, tuple[MetadataRecord, ...]] | None:
         """The entity and its new state; None (logged, counted) for a message to skip."""
@@ -405,32 +436,6 @@ class KafkaMetadataLog:
             self.stats.skipped_records += 1
             return None
         return entity, state
-
-    def _apply(self, message: Message) -> None:
-        offset = _offset(message)
-        decoded = self._decode(message)
-        if decoded is None:
-            with self._changed:
-                self.stats.position = offset + 1
-                self._changed.notify_all()
-            return
-        entity, state = decoded
-        image = self._image.apply(replacing(self._image, entity, state))
-        _, timestamp_ms = message.timestamp()
-        with self._changed:
-            self._image = image
-            self.stats.position = offset + 1
-            self.stats.high_watermark = max(self.stats.high_watermark, offset + 1)
-            self.stats.applied_records += 1
-            if timestamp_ms > 0:
-                self.stats.last_apply_delay_s = max(0.0, time.time() - timestamp_ms / 1000)
-            self._changed.notify_all()
-        self._refresh_high_watermark()
-        for watcher in self._watchers:
-            try:
-                watcher()
-            except Exception:
-                _log.exception("a metadata log watcher failed")
 
     def _refresh_high_watermark(self) -> None:
         """The end as of the last fetch response (cached: no request)."""
