@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from telemetry.metastore.store import MetadataStoreError
@@ -98,6 +100,7 @@ def ensure_topic(settings: MetaSettings, client_log: ClientLog, deadline: float)
                     f"{where} has {len(existing.partitions)} partitions: one partition keeps "
                     "every change in one order"
                 )
+            _refuse_expiry(admin, topic, where, remaining())
             return
         replicas = min(3, max(1, len(metadata.brokers)))
         configs: dict[str, Any] = {
@@ -124,3 +127,21 @@ def ensure_topic(settings: MetaSettings, client_log: ClientLog, deadline: float)
             "created metadata topic %s (1 partition, replication %d, compacted)", topic, replicas
         )
         return
+
+
+def _refuse_expiry(admin: AdminClient, topic: str, where: str, timeout_s: float) -> None:
+    """A topic that deletes by age would lose changes nobody made again: refuse it."""
+    described = admin.describe_configs(
+        [ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s
+    )
+    try:
+        [entries] = [future.result(timeout=timeout_s) for future in described.values()]
+    except KafkaException as error:
+        raise MetadataStoreError(f"{where}: cannot describe its configuration: {error}") from None
+    entry = entries.get("cleanup.policy")
+    policy = entry.value if entry is not None else "delete"  # Kafka's default
+    if "compact" not in str(policy).split(",") or "delete" in str(policy).split(","):
+        raise MetadataStoreError(
+            f"{where} has cleanup.policy={policy}: changes would expire with its retention; "
+            "it needs cleanup.policy=compact"
+        )

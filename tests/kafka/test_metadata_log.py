@@ -25,6 +25,7 @@ from confluent_kafka.admin._scram import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from confluent_kafka.cimpl import NewTopic
 
 from telemetry.errors import ErrorCode
 from telemetry.metastore import (
@@ -33,6 +34,7 @@ from telemetry.metastore import (
     MetadataRecord,
     MetadataStore,
     MetadataStoreClosedError,
+    MetadataStoreError,
 )
 from telemetry.metastore.kafka_log import KafkaMetadataLog
 from telemetry.metastore.settings import parse_meta
@@ -419,6 +421,34 @@ def test_migrate_copies_a_local_store_into_the_topic(tmp_path: Path, broker: Kaf
         assert reader.next_offset == 6  # three entities, written twice
     finally:
         reader.close()
+
+
+def test_a_topic_that_could_lose_or_reorder_changes_is_refused(broker: KafkaBroker) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    created = admin.create_topics(
+        [
+            NewTopic("meta-expiring", num_partitions=1, replication_factor=1),
+            NewTopic("meta-split", 3, 1, config={"cleanup.policy": "compact"}),
+        ],
+        request_timeout=30,
+    )
+    for future in created.values():
+        assert future.result(30) is None
+    del admin
+    refusals = {}
+    for topic in ("meta-expiring", "meta-split"):
+        settings = parse_meta(
+            {"store": "kafka", "bootstrap_servers": broker.bootstrap, "topic": topic}
+        )
+        with pytest.raises(MetadataStoreError) as refused:
+            KafkaMetadataLog.open(settings)
+        refusals[topic] = str(refused.value)
+    assert refusals == {
+        "meta-expiring": f"topic meta-expiring at {broker.bootstrap} has cleanup.policy=delete: "
+        "changes would expire with its retention; it needs cleanup.policy=compact",
+        "meta-split": f"topic meta-split at {broker.bootstrap} has 3 partitions: one partition "
+        "keeps every change in one order",
+    }
 
 
 def test_the_broker_restarted_under_load_loses_no_acknowledged_change(
