@@ -451,6 +451,34 @@ def test_a_topic_that_could_lose_or_reorder_changes_is_refused(broker: KafkaBrok
     }
 
 
+def test_a_failing_watcher_is_logged_and_the_log_goes_on(
+    broker: KafkaBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = parse_meta(
+        {"store": "kafka", "bootstrap_servers": broker.bootstrap, "topic": "meta-watchers"}
+    )
+    log = KafkaMetadataLog.open(settings)
+    calls: list[int] = []
+
+    def failing() -> None:
+        calls.append(log.next_offset)
+        raise RuntimeError("a watcher's own bug")
+
+    log.watch(failing)
+    try:
+        for rate in (1.0, 2.0):
+            log.append(
+                [ClientQuotaRecord(entity=(("user", "w"),), key="push_byte_rate", value=rate)]
+            )
+    finally:
+        log.close()  # joins the consumer thread: every watcher call is done
+    assert calls == [1, 2]
+    assert log.image.client_quotas == {(("user", "w"),): {"push_byte_rate": 2.0}}
+    failures = [r for r in caplog.records if r.getMessage() == "a metadata log watcher failed"]
+    assert len(failures) == 2
+    assert all(r.exc_info is not None and r.exc_info[0] is RuntimeError for r in failures)
+
+
 def test_the_broker_restarted_under_load_loses_no_acknowledged_change(
     nodes: list[Node], broker: KafkaBroker
 ) -> None:
