@@ -10,6 +10,7 @@ import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     AGGREGATION_TEMPORALITY_CUMULATIVE,
     AGGREGATION_TEMPORALITY_DELTA,
+    AggregationTemporality,
     Gauge,
     Histogram,
     HistogramDataPoint,
@@ -36,7 +37,9 @@ def _gauge(name: str, value: float, **attributes: str) -> Metric:
     return Metric(name=name, gauge=Gauge(data_points=[point]))
 
 
-def _sum(name: str, value: int, temporality: int, monotonic: bool = True) -> Metric:
+def _sum(
+    name: str, value: int, temporality: AggregationTemporality.ValueType, monotonic: bool = True
+) -> Metric:
     point = NumberDataPoint(time_unix_nano=T, as_int=value)
     return Metric(
         name=name,
@@ -44,7 +47,9 @@ def _sum(name: str, value: int, temporality: int, monotonic: bool = True) -> Met
     )
 
 
-def _histogram(name: str, counts: list[int], temporality: int) -> Metric:
+def _histogram(
+    name: str, counts: list[int], temporality: AggregationTemporality.ValueType
+) -> Metric:
     point = HistogramDataPoint(
         time_unix_nano=T,
         count=sum(counts),
