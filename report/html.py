@@ -21,7 +21,7 @@ p.range { color: #555; margin: 0 0 16px; }
 table { border-collapse: collapse; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
 th { background: #f3f3f3; }
-td.text, th.text { text-align: left; }
+td.text, th.text { text-align: left; white-space: nowrap; }
 .charts { display: grid; grid-template-columns: repeat(2, 460px); gap: 12px; }
 svg.chart { background: #fff; }
 svg .title { font-size: 13px; font-weight: 600; fill: #222; }
@@ -57,6 +57,9 @@ def render(
     body = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        # Nothing may load from anywhere: the browser enforces that the file stands alone.
+        '<meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; style-src 'unsafe-inline'\">",
         "<title>kip714 client health</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>kip714 client health</h1>",
