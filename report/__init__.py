@@ -7,7 +7,7 @@ server or the exporters.
 
 from __future__ import annotations
 
-from report.cli import main
+from report.cli import main, write_report
 from report.lake import read_rollup
 
-__all__ = ["main", "read_rollup"]
+__all__ = ["main", "read_rollup", "write_report"]

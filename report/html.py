@@ -18,6 +18,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; backgrou
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 16px; margin: 28px 0 6px; }
 p.range { color: #555; margin: 0 0 16px; }
+p.note { color: #555; max-width: 940px; font-size: 12px; }
 table { border-collapse: collapse; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
 th { background: #f3f3f3; }
@@ -30,6 +31,13 @@ svg .end { text-anchor: end; }
 svg .empty { font-size: 12px; fill: #888; text-anchor: middle; }
 svg .frame { fill: none; stroke: #bbb; stroke-width: 1; }
 """
+_CONNECTION_NOTE: Final = (
+    '<p class="note">conn tries/s and the connection chart are the client\'s own '
+    "<code>connection.creation.rate</code>. librdkafka counts every connect attempt, also the "
+    "postponed attempts (about one a second) of a consumer's group coordinator that has no "
+    "address yet, as against kip714, which is no group coordinator: compare with kip714's "
+    "<code>kip714_kafka_connections_closed_total</code>.</p>"
+)
 _COLUMNS: Final = (
     ("client", "text"),
     ("type", "text"),
@@ -41,7 +49,7 @@ _COLUMNS: Final = (
     ("latency max ms", ""),
     ("queue avg ms", ""),
     ("throttle max ms", ""),
-    ("conn/s", ""),
+    ("conn tries/s", ""),
     ("connections", ""),
 )
 
@@ -70,6 +78,7 @@ def render(
         body.append("<p>No rollup rows in this range: run <code>kip714 rollup</code> first.</p>")
     else:
         body.append(_table(clients))
+        body.append(_CONNECTION_NOTE)
     for index, client in enumerate(clients):
         body.append(f'<h2 id="client-{index}">{escape(_name(client))}</h2><div class="charts">')
         body += [

@@ -40,7 +40,11 @@ CHARTS: Final = (
         "ms",
         [("avg", "produce.throttle.time.avg", "avg"), ("max", "produce.throttle.time.max", "max")],
     ),
-    ("Connection creation rate", "/s", [("avg", "connection.creation.rate", "avg")]),
+    (
+        "Connection creation rate (connect attempts)",
+        "/s",
+        [("avg", "connection.creation.rate", "avg")],
+    ),
 )
 GAUGE_METRICS: Final = tuple(
     f"org.apache.kafka.{kind}.{suffix}"
