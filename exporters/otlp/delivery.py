@@ -49,12 +49,18 @@ _MAX_RESPONSE_BYTES: Final = 64 * 1024
 
 @dataclass(slots=True)
 class Delivered:
-    """What became of the pushes of one request."""
+    """What became of the pushes of one request (or, added up, of all requests)."""
 
     requests: int = 0
-    pushes: int = 0
+    delivered_pushes: int = 0
     dropped_pushes: int = 0
     rejected_data_points: int = 0
+
+    def add(self, other: Delivered) -> None:
+        self.requests += other.requests
+        self.delivered_pushes += other.delivered_pushes
+        self.dropped_pushes += other.dropped_pushes
+        self.rejected_data_points += other.rejected_data_points
 
 
 class Delivery:
@@ -80,7 +86,7 @@ class Delivery:
         """Deliver the concatenation of ``bodies`` (one per push); returns only when done."""
         outcome = Delivered()
         if not any(bodies):
-            outcome.pushes = len(bodies)
+            outcome.delivered_pushes = len(bodies)
             return outcome
         body = b"".join(bodies)
         if self._settings.compression == "gzip":
@@ -96,13 +102,13 @@ class Delivery:
                 if 200 <= status < 300:
                     await self._on_attempt(None)
                     outcome.requests += 1
-                    outcome.pushes += len(bodies)
+                    outcome.delivered_pushes += len(bodies)
                     outcome.rejected_data_points += _rejected_points(answer)
                     return outcome
                 if status == 413 and len(bodies) > 1:
                     middle = len(bodies) // 2
                     for half in (bodies[:middle], bodies[middle:]):
-                        _merge(outcome, await self.deliver(half))
+                        outcome.add(await self.deliver(half))
                     return outcome
                 if status in _BAD_DATA:
                     await self._on_attempt(None)  # the backend answered: it is up
@@ -170,10 +176,3 @@ def _rejected_points(answer: bytes) -> int:
 def _jitter(delay_ms: float) -> float:
     # Full jitter, so many exporters retrying one backend do not retry in step.
     return random.uniform(0.5, 1.0) * delay_ms / 1000
-
-
-def _merge(total: Delivered, part: Delivered) -> None:
-    total.requests += part.requests
-    total.pushes += part.pushes
-    total.dropped_pushes += part.dropped_pushes
-    total.rejected_data_points += part.rejected_data_points

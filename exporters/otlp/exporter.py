@@ -45,13 +45,9 @@ _log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class OtlpStats:
+class OtlpStats(Delivered):
     """Running totals; ``failed_attempts`` counts every failed POST, retried or not."""
 
-    requests: int = 0
-    delivered_pushes: int = 0
-    dropped_pushes: int = 0
-    rejected_data_points: int = 0
     undecodable_pushes: int = 0
     failed_attempts: int = 0
 
@@ -241,14 +237,8 @@ class OtlpExporter:
         async with self._changed:
             del self._in_flight[request.first_offset]
             self._held_bytes -= request.size
-            self._count(outcome)
+            self.stats.add(outcome)
             self._changed.notify_all()
-
-    def _count(self, outcome: Delivered) -> None:
-        self.stats.requests += outcome.requests
-        self.stats.delivered_pushes += outcome.pushes
-        self.stats.dropped_pushes += outcome.dropped_pushes
-        self.stats.rejected_data_points += outcome.rejected_data_points
 
     async def _attempted(self, problem: str | None) -> None:
         """Delivery's report of each attempt: ``None`` on an answer, else what went wrong."""

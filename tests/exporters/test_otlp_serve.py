@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer
 
 from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.test_serve import rows, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,19 +56,6 @@ path = "{out}/"
 """
 
 
-def _rows(out: Path) -> list[dict[str, Any]]:
-    path = out / "kip714.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut short by a crash: readers skip it
-    return rows
-
-
 def _point(row: dict[str, Any], instance: str) -> Point:
     attributes = json.dumps(row["attributes"], sort_keys=True)
     return (instance, row["metric_name"], row["time"], row["value"], attributes)
@@ -76,7 +64,7 @@ def _point(row: dict[str, Any], instance: str) -> Point:
 def _sent(out: Path) -> dict[int, set[Point]]:
     """A's logged pushes: offset -> data points."""
     pushes: dict[int, set[Point]] = {}
-    for row in _rows(out):
+    for row in rows(out):
         pushes.setdefault(row["push_offset"], set()).add(_point(row, row["client_instance_id"]))
     return pushes
 
@@ -84,18 +72,14 @@ def _sent(out: Path) -> dict[int, set[Point]]:
 def _arrivals(sent: dict[int, set[Point]], out: Path) -> dict[int, int]:
     """How many times each of A's pushes arrived at B."""
     seen = Counter(
-        _point(row, row["resource_attributes"]["kafka.client.instance.id"]) for row in _rows(out)
+        _point(row, row["resource_attributes"]["kafka.client.instance.id"]) for row in rows(out)
     )
     return {offset: min(seen[p] for p in points) for offset, points in sent.items()}
 
 
-def _wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
+def _closed(out: Path, client_id: str) -> bool:
+    """The client's terminating push is in the log: it pushes nothing more."""
+    return any(r["terminating"] and r["client_id"] == client_id for r in rows(out))
 
 
 def _produce_for(
@@ -145,11 +129,11 @@ def test_every_push_reaches_the_second_kip714_once_and_at_least_once_across_an_o
 
         # Up all the time: exactly once.
         _produce_for(sender.bootstrap, 3.0, "steady", lambda: None)
-        assert _wait_until(lambda: len(_sent(sent_out)) >= 5)
-        sent = _sent(sent_out)
-        assert _wait_until(lambda: min(_arrivals(sent, arrived_out).values()) >= 1)
-        assert set(_arrivals(sent, arrived_out).values()) == {1}
-        assert len(_rows(arrived_out)) == len(_rows(sent_out))
+        assert wait_until(lambda: _closed(sent_out, "steady"))
+        assert len(_sent(sent_out)) >= 5
+        # Then B must get as many rows as A: each push arrived, and nothing else did.
+        assert wait_until(lambda: len(rows(arrived_out)) == len(rows(sent_out)))
+        assert set(_arrivals(_sent(sent_out), arrived_out).values()) == {1}
 
         # Down for 10 s in the middle of a client's life: at least once, none missing.
         readiness: list[tuple[int, str]] = []
@@ -164,19 +148,20 @@ def test_every_push_reaches_the_second_kip714_once_and_at_least_once_across_an_o
             restarted.start()
 
         _produce_for(sender.bootstrap, 14.0, "outage", outage)
-        sent = _sent(sent_out)
-        assert _wait_until(lambda: min(_arrivals(sent, arrived_out).values()) >= 1, 60), (
-            f"missing {list(_arrivals(sent, arrived_out).values()).count(0)} of {len(sent)}"
+        assert wait_until(lambda: _closed(sent_out, "outage"))
+        assert wait_until(lambda: min(_arrivals(_sent(sent_out), arrived_out).values()) >= 1, 60), (
+            f"missing {list(_arrivals(_sent(sent_out), arrived_out).values()).count(0)}"
         )
+        sent = _sent(sent_out)
         arrivals = _arrivals(sent, arrived_out)
         duplicates = sum(count - 1 for count in arrivals.values())
         print(f"{len(sent)} pushes sent, {duplicates} duplicate(s) after a 10 s outage")
-        outage_pushes = {r["push_offset"] for r in _rows(sent_out) if r["client_id"] == "outage"}
+        outage_pushes = {r["push_offset"] for r in rows(sent_out) if r["client_id"] == "outage"}
         assert len(outage_pushes) >= 20
         (status, body), *_ = readiness
         assert status == 503
         assert "forward" in body and "stalled" in body
-        assert _wait_until(lambda: _readyz(sender)[0] == 200, 30)
+        assert wait_until(lambda: _readyz(sender)[0] == 200, 30)
         assert sender.stop() == 0
     finally:
         for process in processes:
