@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
+from tests.exporters.support import PRODUCERS_INTO_JSONL
 from tests.telemetry.serve_process import ServeProcess
 from tests.telemetry.test_serve import rows, wait_until
 
@@ -30,15 +31,9 @@ if TYPE_CHECKING:
 
 Point = tuple[str, str, str, Any, str]
 
-SENDER = """
-[subscriptions.all]
-metrics = ["org.apache.kafka.producer."]
-"interval.ms" = 300
-[exporters.landing]
-type = "jsonl"
-[exporters.landing.options]
-path = "{out}/"
-[exporters.forward]
+SENDER = (
+    PRODUCERS_INTO_JSONL
+    + """[exporters.forward]
 type = "otlp"
 retry_max_ms = 500
 stall_timeout_s = 2
@@ -48,6 +43,7 @@ batch_timeout_ms = 50
 retry_max_ms = 500
 timeout_s = 5
 """
+)
 RECEIVER = """
 [exporters.landing]
 type = "jsonl"

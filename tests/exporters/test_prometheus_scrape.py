@@ -21,25 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
+from tests.exporters.support import PRODUCERS_INTO_JSONL
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-CONFIG = """
-[subscriptions.all]
-metrics = ["org.apache.kafka.producer."]
-"interval.ms" = 500
-[exporters.landing]
-type = "jsonl"
-[exporters.landing.options]
-path = "{out}/"
-[exporters.scrape]
+CONFIG = (
+    PRODUCERS_INTO_JSONL
+    + """[exporters.scrape]
 type = "prometheus"
 [exporters.scrape.options]
 listen = "127.0.0.1:0"
 """
+)
 PROMETHEUS = """
 global:
   scrape_interval: 1s
