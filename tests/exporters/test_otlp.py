@@ -14,7 +14,7 @@ from exporters.api import BufferingExporter, TransientExportError
 from exporters.otlp import OtlpExporter
 from exporters.otlp.delivery import retry_after_s
 from tests.exporters.otlp_sink import Answer, OtlpSink
-from tests.exporters.support import INSTANCE_ID, PRODUCER_PUSH, push
+from tests.exporters.support import INSTANCE_ID, PRODUCER_PUSH, payload, push
 
 FAST = {"retry_initial_ms": 10, "retry_max_ms": 50, "batch_timeout_ms": 0}
 
@@ -186,3 +186,16 @@ def test_retry_after_takes_seconds_or_an_http_date() -> None:
     assert retry_after_s("soon", now) is None
     assert retry_after_s(None, now) is None
     assert gzip.decompress(gzip.compress(b"x")) == b"x"
+
+
+async def test_a_forwarded_push_keeps_the_broker_id_the_forward_route_added() -> None:
+    forwarded = payload(resource={"kafka.broker.id": "3", "kafka.client.id": "spoofed"})
+    with OtlpSink() as sink:
+        exporter = _exporter(sink)
+        await exporter.start()
+        await exporter.export([push(forwarded, offset=1)])
+        await exporter.flush()
+        await exporter.close()
+    (resource,) = sink.resource_attributes()
+    assert resource["kafka.broker.id"] == "3"
+    assert resource["kafka.client.id"] == "probe"  # the context wins over the payload
