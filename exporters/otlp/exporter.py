@@ -149,7 +149,11 @@ class OtlpExporter:
                 self._flushing -= 1
 
     async def close(self) -> None:
-        """Deliver what is queued (within ``timeout_s``), then stop; idempotent."""
+        """Deliver what is queued (within ``timeout_s``), then stop; idempotent.
+
+        A backend that is failing gets no such grace: the host's own flush
+        already waited for it, and what is undelivered stays in the log.
+        """
         if self._closed:
             return
         self._closed = True
@@ -157,12 +161,14 @@ class OtlpExporter:
         if session is None:
             return
         try:
-            try:
-                await asyncio.wait_for(self.flush(), self.settings.timeout_s)
-            except TimeoutError:
+            if self._failing is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.flush(), self.settings.timeout_s)
+            undelivered = len(self._waiting) + sum(len(r.bodies) for r in self._in_flight.values())
+            if undelivered:
                 _log.warning(
                     "otlp exporter closed with %d push(es) undelivered; they stay in the log",
-                    len(self._waiting) + sum(len(r.bodies) for r in self._in_flight.values()),
+                    undelivered,
                 )
         finally:
             self._session = None

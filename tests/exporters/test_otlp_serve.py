@@ -37,6 +37,7 @@ SENDER = (
 type = "otlp"
 retry_max_ms = 500
 stall_timeout_s = 2
+drain_timeout_s = 1
 [exporters.forward.options]
 endpoint = "{endpoint}"
 batch_timeout_ms = 50
@@ -159,6 +160,33 @@ def test_every_push_reaches_the_second_kip714_once_and_at_least_once_across_an_o
         assert "forward" in body and "stalled" in body
         assert wait_until(lambda: _readyz(sender)[0] == 200, 30)
         assert sender.stop() == 0
+    finally:
+        for process in processes:
+            process.kill()
+
+
+def test_pushes_logged_while_the_backend_is_down_are_sent_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    sent_out, arrived_out = tmp_path / "a-out", tmp_path / "b-out"
+    receiver = ServeProcess(tmp_path / "b", RECEIVER.format(out=arrived_out)).start()
+    listen = f"{receiver.http[0]}:{receiver.http[1]}"
+    assert receiver.stop() == 0  # its address is known, and nothing answers there
+    config = SENDER.format(out=sent_out, endpoint=f"http://{listen}/v1/metrics")
+    processes = [ServeProcess(tmp_path / "a", config).start()]
+    try:
+        _produce_for(processes[0].bootstrap, 2.0, "early", lambda: None)
+        assert wait_until(lambda: _closed(sent_out, "early"))
+        assert wait_until(lambda: "stalled" in _readyz(processes[0])[1])
+        assert processes[0].stop() == 0  # shutdown is bounded although nothing was delivered
+        assert not rows(arrived_out)
+
+        processes.append(ServeProcess(tmp_path / "b", RECEIVER.format(out=arrived_out), listen))
+        processes[-1].start()
+        processes.append(ServeProcess(tmp_path / "a", config).start())
+        sent = _sent(sent_out)
+        assert len(sent) >= 3
+        assert wait_until(lambda: min(_arrivals(sent, arrived_out).values()) >= 1)
     finally:
         for process in processes:
             process.kill()
