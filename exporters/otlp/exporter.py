@@ -56,6 +56,7 @@ class OtlpStats(Delivered):
 class _Queued:
     offset: int
     body: bytes  # empty when the push had nothing to send (undecodable or no resources)
+    queued_at: float = 0.0  # time.monotonic() when queued
 
 
 @dataclass(slots=True)
@@ -80,7 +81,6 @@ class OtlpExporter:
         self._waiting: deque[_Queued] = deque()
         self._waiting_bytes = 0
         self._held_bytes = 0
-        self._oldest_at = 0.0
         self._in_flight: dict[int, _Request] = {}
         self._exported_end = 0
         self._flushing = 0
@@ -190,8 +190,7 @@ class OtlpExporter:
                         f"{self._held_bytes} bytes wait for a failing backend: {self._failing}"
                     )
                 await self._changed.wait()
-            if not self._waiting:
-                self._oldest_at = time.monotonic()
+            queued.queued_at = time.monotonic()
             self._waiting.append(queued)
             self._waiting_bytes += size
             self._held_bytes += size
@@ -217,7 +216,8 @@ class OtlpExporter:
         async with self._changed:
             await self._changed.wait_for(lambda: bool(self._waiting))
             while self._waiting_bytes < limit and not self._flushing:
-                left = self._oldest_at + self.settings.batch_timeout_ms / 1000 - time.monotonic()
+                oldest = self._waiting[0].queued_at
+                left = oldest + self.settings.batch_timeout_ms / 1000 - time.monotonic()
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
@@ -230,7 +230,6 @@ class OtlpExporter:
                 request.bodies.append(queued.body)
                 request.size += len(queued.body)
             self._waiting_bytes -= request.size
-            self._oldest_at = time.monotonic()
             self._in_flight[request.first_offset] = request
             return request
 
