@@ -70,6 +70,11 @@ _CATALOG_TYPES: Final = ("sql", "rest")
 _TABLE_PROPERTIES: Final = {
     TableProperties.PARQUET_COMPRESSION: "zstd",
     "format-version": "2",
+    # A compaction (overwrite) or retention (delete) fails, rather than drops
+    # it, when an append added a file to its hour meanwhile.
+    "write.delete.isolation-level": "serializable",
+    "write.update.isolation-level": "serializable",
+    "write.merge.isolation-level": "serializable",
 }
 
 

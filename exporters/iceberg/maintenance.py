@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow.compute as pc
 from pyarrow import fs as pafs
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 
 from exporters.iceberg import commits
 from exporters.iceberg.lake import open_catalog
@@ -150,7 +150,8 @@ def compact_hour(table: Table, hour: int) -> int:
     """Rewrite one receive hour's files as one sorted file, in one transaction; files replaced.
 
     Raises:
-        CommitFailedException: The table changed since it was read; nothing was changed.
+        CommitFailedException, ValidationException: The table changed since
+            it was read (a file added to the hour); nothing was changed.
     """
     row_filter = _hour_filter(hour)
     files = [
@@ -178,7 +179,7 @@ def compact(table: Table, after_hours: int, now_ms: int, stats: MaintenanceStats
             continue
         try:
             replaced = compact_hour(table, hour)
-        except CommitFailedException:
+        except (CommitFailedException, ValidationException):  # an append meanwhile: next pass
             stats.conflicts += 1
             table = table.refresh()
             continue

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 
 from exporters.iceberg import IcebergExporter, commits
 from exporters.iceberg.lake import open_catalog
@@ -18,6 +19,7 @@ from exporters.iceberg.maintenance import (
     MS_PER_HOUR,
     MaintenanceStats,
     compact,
+    compact_hour,
     expire_snapshots,
     remove_orphan_files,
     retain,
@@ -156,3 +158,31 @@ def test_orphan_cleanup_removes_uncommitted_files_only(tmp_path: Path) -> None:
 def test_maintenance_hours_are_checked(tmp_path: Path, bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         IcebergExporter({"path": str(tmp_path), **bad})
+
+
+def test_compaction_raced_by_an_append_into_its_hour_changes_nothing(tmp_path: Path) -> None:
+    now_ms = int(time.time() * 1000)
+    exporter = asyncio.run(_fill(tmp_path, now_ms))
+    catalog = open_catalog(exporter.location)
+    stale = catalog.load_table(("kip714", "metrics"))
+    hour = now_ms // MS_PER_HOUR - HOURS_BACK[0]
+    # A replay after an outage lands in the old hour after compaction read it.
+    late = [
+        push(PRODUCER_PUSH.read_bytes(), offset=10_000, received_time_ms=hour * MS_PER_HOUR + 5)
+    ]
+
+    async def append_late() -> None:
+        other = IcebergExporter({"path": str(tmp_path), "node_id": "late-node"})
+        await other.start()
+        await other.export(late)
+        await other.close()
+
+    asyncio.run(append_late())
+    before = _rows(catalog.load_table(("kip714", "metrics")))
+    with pytest.raises((CommitFailedException, ValidationException)):
+        compact_hour(stale, hour)
+    assert _rows(catalog.load_table(("kip714", "metrics"))) == before
+    stats = MaintenanceStats()
+    table = compact(catalog.load_table(("kip714", "metrics")), 1, now_ms, stats)
+    assert stats.hours_compacted == len(HOURS_BACK)
+    assert _rows(table) == before
