@@ -18,7 +18,7 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from telemetry import demo, log_cli
+from telemetry import demo, lake_cli, log_cli
 from telemetry.admin import cli as admin_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "lake",
+        help="the Iceberg landing: tables, snapshots, query, compact, expire, import-parquet "
+        "(kip714 lake --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "subscriptions",
         help="describe or change client-metrics subscriptions (kip714 subscriptions --help)",
         add_help=False,
@@ -114,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rollup": rollup,
         "demo": demo.main,
         "log": log_cli.main,
+        "lake": lake_cli.main,
         "subscriptions": admin_cli.subscriptions_main,
         "quotas": admin_cli.quotas_main,
     }
