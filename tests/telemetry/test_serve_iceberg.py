@@ -9,8 +9,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from pyiceberg.catalog import load_catalog
 
+from tests.s3.s3proxy import ACCESS_KEY, CHECKSUM_ENV, REGION, SECRET_KEY, S3Proxy
 from tests.telemetry.serve_process import ServeProcess, run_clients
 from tests.telemetry.test_serve_parquet import (
     POINTS_PER_PUSH,
@@ -170,3 +172,33 @@ def test_real_clients_land_in_the_default_lake_of_the_data_dir(tmp_path: Path) -
     assert collections.Counter(r["push_offset"] for r in rows) == collections.Counter(
         line["push_offset"] for line in lines
     )
+
+
+def test_three_nodes_exactly_once_with_the_warehouse_on_a_real_s3_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in CHECKSUM_ENV.items():
+        monkeypatch.setenv(key, value)  # this process and the servers it starts
+    s3 = S3Proxy(tmp_path / "s3").start()
+    try:
+        s3.create_bucket("kip714")
+        lake = tmp_path / "lake"
+        lake.mkdir()
+        extra = "\n".join(f'{key} = "{value}"' for key, value in s3.lake_options().items())
+        configs = {
+            n: node_config(lake, n, warehouse="s3://kip714/warehouse", extra=extra) for n in NODES
+        }
+        storage = {
+            "s3.endpoint": s3.endpoint,
+            "s3.region": REGION,
+            "s3.access-key-id": ACCESS_KEY,
+            "s3.secret-access-key": SECRET_KEY,
+            "s3.force-virtual-addressing": "false",
+        }
+        kill_rounds_then_check(tmp_path, configs, lambda: lake_rows(lake, storage))
+        # The data files are objects in the bucket, not local files.
+        objects = list((tmp_path / "s3" / "buckets" / "kip714").rglob("*.parquet"))
+        assert objects
+        assert not list(lake.rglob("*.parquet"))
+    finally:
+        s3.stop()
