@@ -243,7 +243,7 @@ class IcebergExporter:
             self._next[name] = start
         self._durable = min(self._next.values())
         self.stats.durable_offset = self._durable
-        _log.info(
+        _log.debug(
             "iceberg landing %s.%s on node %s resumes at offset %d",
             self.location.namespace,
             METRICS_TABLE,

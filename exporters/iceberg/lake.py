@@ -189,7 +189,7 @@ def _create(catalog: Catalog, identifier: tuple[str, str], schema: pa.Schema) ->
         create.set_properties(
             {TableProperties.DEFAULT_NAME_MAPPING: iceberg_schema.name_mapping.model_dump_json()}
         )
-    _log.info("created lake table %s.%s", *identifier)
+    _log.debug("created lake table %s.%s", *identifier)
     return catalog.load_table(identifier)
 
 
