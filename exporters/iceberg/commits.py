@@ -26,11 +26,9 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyiceberg.table import Table
 
 __all__ = [
@@ -42,7 +40,6 @@ __all__ = [
     "Position",
     "commit_files",
     "committed_position",
-    "write_data_file",
 ]
 
 _log = logging.getLogger(__name__)
@@ -54,8 +51,6 @@ OFFSET_END: Final = "kip714.offset-end"
 #: Attempts of one commit before the landing gives up (fail-stop, resumed by a restart).
 COMMIT_ATTEMPTS: Final = 20
 _BACKOFF_S: Final = (0.05, 2.0)
-_FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
-US_PER_HOUR: Final = 3_600_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,30 +81,6 @@ def committed_position(table: Table, node_id: str) -> Position | None:
             continue
         return Position(props.get(LOG_ID), int(props[OFFSET_END]), snapshot.snapshot_id)
     return None
-
-
-def write_data_file(table: Table, rows: pa.Table, hour: int, name: str) -> str:
-    """Write ``rows`` (one receive hour) as a Parquet data file of ``table``; its location.
-
-    Written by pyarrow through the table's FileIO (local or S3), with the
-    encodings the Parquet landing measured best: zstd, byte-stream split for
-    the measured values, dictionaries elsewhere. The file carries no field
-    ids; the table's name mapping resolves its columns.
-    """
-    stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
-    location = f"{table.location()}/data/received_time_hour={stamp}/{name}.parquet"
-    split = [c for c in _FLOAT_COLUMNS if c in rows.column_names]
-    output = table.io.new_output(location)
-    with output.create(overwrite=True) as stream:
-        pq.write_table(
-            rows,
-            stream,
-            compression="zstd",
-            use_byte_stream_split=split or False,
-            use_dictionary=[c for c in rows.column_names if c not in split],
-            row_group_size=1 << 20,
-        )
-    return location
 
 
 def commit_files(

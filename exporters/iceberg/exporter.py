@@ -1,12 +1,13 @@
 """``IcebergExporter``: the landing as an Apache Iceberg table that several nodes share.
 
 How exactly-once works with the host (``exporters.api.BufferingExporter``):
-``export`` flattens each batch (``exporters.parquet.flatten``, in a thread)
-and buffers the rows of the current *generation*, a contiguous run of log
-offsets. Past ``max_pending_rows`` the buffered rows are written out as data
-files (not yet committed); once the generation is ``max_file_age_s`` old
-(and on ``flush``) its files are committed in one snapshot whose properties
-name this node, its ingest log and the offsets covered (``commits.py``).
+``export`` hands each batch to a lane (a worker process, ``lanes.py``) that
+flattens it and buffers the rows of the current *generation*, a contiguous
+run of log offsets; it waits only while every lane has two batches queued.
+Past ``max_pending_rows`` the lanes write their rows out as data files (not
+yet committed); once the generation is ``max_file_age_s`` old (and on
+``flush``) its files are committed in one snapshot whose properties name
+this node, its ingest log and the offsets covered (``commits.py``).
 ``durable_offset`` is the first offset of the uncommitted generation, so the
 host never commits past data that is not in a committed snapshot; after a
 restart the exporter resumes after the newest snapshot this node wrote (and
@@ -24,35 +25,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
-
-import pyarrow as pa
 
 from exporters.api import LoggedPush, TransientExportError
 from exporters.cancellation import run_to_completion
 from exporters.iceberg import commits
 from exporters.iceberg.lake import lake_location, open_catalog, open_table
+from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
 from exporters.iceberg.resume import parquet_landing_position
-from exporters.iceberg.schema import (
-    METRICS_TABLE,
-    PUSHES_TABLE,
-    concat,
-    lake_metrics_schema,
-    lake_pushes_schema,
-    to_lake_pushes,
-    to_lake_rows,
-)
+from exporters.iceberg.rows import BatchReply, LaneConfig, WrittenFile
+from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
 from exporters.options import bool_option, int_option, number_option
 from exporters.otlp_rows import FlattenStats
-from exporters.parquet.flatten import flatten_to_table
-from exporters.parquet.schema import hours_of, pushes_table, split_by_hour
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -73,6 +65,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "retention_hours": None,
     "orphan_files_after_hours": None,
     "maintenance_interval_s": 600.0,
+    "workers": max(1, (os.cpu_count() or 2) - 1),
 }
 _LAKE_KEYS: Final = frozenset(
     {
@@ -88,6 +81,8 @@ _LAKE_KEYS: Final = frozenset(
 )
 _OPTIONS: Final = frozenset({*_LAKE_KEYS, *DEFAULTS})
 NODE_ID_FILE: Final = "node_id"
+#: Batches queued per lane beyond the one it is flattening; bounds memory.
+IN_FLIGHT_PER_LANE: Final = 2
 
 
 @dataclass(slots=True)
@@ -116,10 +111,9 @@ class _Generation:
     first: int
     started: float
     last: int = -1
-    rows: dict[str, list[pa.Table]] | None = None
-    buffered: int = 0
-    files: dict[str, list[str]] | None = None
-    landed: dict[str, int] | None = None
+    batches: list[asyncio.Future[Any]] = field(default_factory=list)
+    buffered: dict[int, int] = field(default_factory=dict)  # rows buffered per lane
+    files: list[WrittenFile] = field(default_factory=list)
 
 
 def node_id_in(data_dir: Path) -> str:
@@ -159,6 +153,7 @@ class IcebergExporter:
         self.location = lake_location(config, self.data_dir)
         self.max_file_age_s = number_option(options, "max_file_age_s", 0.01)
         self.max_pending_rows = int_option(options, "max_pending_rows", 1)
+        self.workers = int_option(options, "workers", 0, 64)
         self.raw = bool_option(options, "raw")
         node_id = options["node_id"]
         if node_id is not None and (not isinstance(node_id, str) or not node_id.strip()):
@@ -171,7 +166,10 @@ class IcebergExporter:
         """Running counters for the server's metrics; see ``IcebergStats``."""
         self._log_id: str | None = None
         self._tables: dict[str, Table] = {}
-        self._next: dict[str, int] = {}
+        self._from: dict[str, int] = {}  # per table: the first offset it does not hold
+        self._next = 0  # offsets below were landed before this start, or exported since
+        self._lanes: list[ProcessLane | ThreadLane] = []
+        self._round_robin = 0
         self._gen: _Generation | None = None
         self._gen_lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
@@ -200,18 +198,28 @@ class IcebergExporter:
         self._log_id = log_id
 
     async def start(self) -> None:
-        """Open (or create) the tables, find where this node stands, start the timers."""
+        """Open (or create) the tables, find where this node stands, start lanes and timers."""
         if self._closed:
             raise RuntimeError("iceberg exporter is closed")
         if self._started:
             return
         await asyncio.to_thread(self._open)
+        try:
+            token = uuid.uuid4().hex[:8]
+            properties = self.location.catalog_properties()
+            locations = {name: table.location() for name, table in self._tables.items()}
+            for index in range(max(1, self.workers)):
+                config = LaneConfig(index, self.node_id, locations, properties, token)
+                lane = ProcessLane(config) if self.workers else ThreadLane(config)
+                self._lanes.append(lane)
+                await lane.start()
+        except BaseException:
+            await self._stop_lanes()
+            raise
         self._started = True
         self._timer = asyncio.create_task(self._age_timer(), name="iceberg-age")
         if self.maintenance_settings.enabled:
-            self._maintenance = Maintenance(
-                self.location, self.maintenance_settings, self._gen_lock
-            )
+            self._maintenance = Maintenance(self.location, self.maintenance_settings)
             self._maintenance.start()
 
     def _open(self) -> None:
@@ -240,8 +248,8 @@ class IcebergExporter:
                     self._log_id,
                     start,
                 )
-            self._next[name] = start
-        self._durable = min(self._next.values())
+            self._from[name] = start
+        self._durable = self._next = min(self._from.values())
         self.stats.durable_offset = self._durable
         _log.debug(
             "iceberg landing %s.%s on node %s resumes at offset %d",
@@ -260,10 +268,10 @@ class IcebergExporter:
         """The first offset not yet in a committed snapshot (see the module docstring)."""
         if self._gen is not None:
             return self._gen.first
-        return self._durable
+        return max(self._durable, self._next)
 
     async def export(self, batch: Sequence[LoggedPush], /) -> None:
-        """Flatten ``batch`` into the generation; write or commit it when due.
+        """Hand ``batch`` to a lane; write or commit the generation when due.
 
         Raises:
             TransientExportError: The landing has failed and needs a restart.
@@ -271,52 +279,60 @@ class IcebergExporter:
         if not self._started or self._closed:
             raise RuntimeError("iceberg exporter used before start() or after close()")
         self._raise_if_failed()
-        low = min(self._next.values())
         start = 0
-        while start < len(batch) and batch[start].offset < low:
+        while start < len(batch) and batch[start].offset < self._next:
             start += 1
         self.stats.replayed_pushes_skipped += start
         if start == len(batch):
             return
-        pushes = list(batch[start:])
+        pushes = batch[start:]
         async with self._gen_lock:
             self._raise_if_failed()
-            rows = await asyncio.to_thread(self._convert, pushes)
+            index = await self._free_lane()
+            self._raise_if_failed()
             gen = self._gen
             if gen is None:
-                gen = self._gen = _Generation(pushes[0].offset, time.monotonic(), rows={}, files={})
-                gen.landed = {}
+                gen = self._gen = _Generation(pushes[0].offset, time.monotonic())
+            future = self._lanes[index].batch(
+                pushes, self._from[METRICS_TABLE], self._from.get(PUSHES_TABLE)
+            )
+            future.add_done_callback(functools.partial(self._on_batch, gen, index))
+            gen.batches.append(future)
             gen.last = pushes[-1].offset
-            assert gen.rows is not None
-            for name, table in rows.items():
-                if table.num_rows:
-                    gen.rows.setdefault(name, []).append(table)
-                    gen.buffered += table.num_rows
-            for name in self._next:
-                self._next[name] = max(self._next[name], gen.last + 1)
-            self.stats.pending_rows = gen.buffered
-            if gen.buffered >= self.max_pending_rows:
+            self._next = gen.last + 1
+            if sum(gen.buffered.values()) >= self.max_pending_rows:
                 await run_to_completion(self._write(gen))
             if time.monotonic() - gen.started >= self.max_file_age_s:
                 await self._commit()
 
-    def _convert(self, pushes: list[LoggedPush]) -> dict[str, pa.Table]:
-        """The rows ``pushes`` add to each table (blocking: flattening and encoding)."""
-        out: dict[str, pa.Table] = {}
-        metrics_from = self._next[METRICS_TABLE]
-        fresh = [p for p in pushes if p.offset >= metrics_from]
-        if fresh:
-            flat, stats, unlandable = flatten_to_table(fresh)
-            self.stats.merge(stats)
-            self.stats.unlandable_pushes += len(unlandable)
-            table, refused = to_lake_rows(flat, self.node_id)
-            self.stats.refused_counts += refused
-            out[METRICS_TABLE] = table
-        if self.raw:
-            raw = [p for p in pushes if p.offset >= self._next[PUSHES_TABLE]]
-            if raw:
-                out[PUSHES_TABLE] = to_lake_pushes(pushes_table(raw), self.node_id)
-        return out
+    async def _free_lane(self) -> int:
+        """The next lane in turn with room for a batch (round robin keeps them even)."""
+        for _ in range(1000):
+            for _ in range(len(self._lanes)):
+                index = self._round_robin
+                self._round_robin = (self._round_robin + 1) % len(self._lanes)
+                if self._lanes[index].in_flight <= IN_FLIGHT_PER_LANE:
+                    return index
+            busy = [f for f in (self._gen.batches if self._gen else []) if not f.done()]
+            if not busy:
+                return self._round_robin
+            await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
+            self._raise_if_failed()
+        return self._round_robin
+
+    def _on_batch(self, gen: _Generation, lane: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            self._fail(f"flattening offsets {gen.first}..{gen.last} failed: {error}")
+            return
+        reply: BatchReply = future.result()[1]
+        self.stats.merge(reply.stats)
+        self.stats.refused_counts += reply.refused_counts
+        self.stats.unlandable_pushes += reply.unlandable
+        gen.buffered[lane] = reply.buffered
+        self.stats.pending_rows = sum(gen.buffered.values())
 
     async def flush(self) -> None:
         """Commit the current generation (everything exported so far)."""
@@ -327,7 +343,7 @@ class IcebergExporter:
             await self._commit()
 
     async def close(self) -> None:
-        """Commit what is pending (unless failed), stop the timers; idempotent."""
+        """Commit what is pending (unless failed), stop lanes and timers; idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -344,6 +360,7 @@ class IcebergExporter:
                             _log.error("iceberg landing could not commit its last generation")
         finally:
             await self._stop_timer()
+            await self._stop_lanes()
 
     async def _stop_timer(self) -> None:
         timer, self._timer = self._timer, None
@@ -351,36 +368,29 @@ class IcebergExporter:
             timer.cancel()
             await asyncio.wait({timer})
 
+    async def _stop_lanes(self) -> None:
+        lanes, self._lanes = self._lanes, []
+        await asyncio.gather(*(lane.stop() for lane in lanes), return_exceptions=True)
+
     # -- generations ---------------------------------------------------------------------------
 
     async def _write(self, gen: _Generation) -> None:
-        """Write the buffered rows of ``gen`` as data files (not yet committed)."""
+        """Have every lane write its buffered rows of ``gen`` as data files (not committed)."""
         try:
-            await asyncio.to_thread(self._write_files, gen)
+            await asyncio.gather(*gen.batches)
+            replies = await asyncio.gather(
+                *(lane.write(gen.first, gen.last) for lane in self._lanes)
+            )
         except Exception as error:
-            self._fail(f"writing data files of offsets {gen.first}..{gen.last} failed: {error!r}")
+            self._fail(f"writing data files of offsets {gen.first}..{gen.last} failed: {error}")
             raise TransientExportError(self._failure) from error
-
-    def _write_files(self, gen: _Generation) -> None:
-        assert gen.rows is not None
-        assert gen.files is not None
-        assert gen.landed is not None
-        token = uuid.uuid4().hex[:8]
-        for name, tables in gen.rows.items():
-            schema = lake_metrics_schema() if name == METRICS_TABLE else lake_pushes_schema()
-            rows = concat(tables, schema)
-            if rows.num_rows == 0:
-                continue
-            table = self._tables[name]
-            hours = hours_of(rows.column("received_time"))
-            for hour, part in split_by_hour(rows, hours):
-                file_name = f"{self.node_id}-{gen.first:020d}-{gen.last:020d}-{token}-h{hour}"
-                location = commits.write_data_file(table, part, hour, file_name)
-                gen.files.setdefault(name, []).append(location)
-                gen.landed[name] = gen.landed.get(name, 0) + part.num_rows
-                self.stats.files_written += 1
-        gen.rows = {}
-        gen.buffered = 0
+        self._raise_if_failed()
+        for reply in replies:
+            gen.files.extend(reply[1])
+        self.stats.files_written += sum(len(reply[1]) for reply in replies)
+        gen.batches = []
+        gen.buffered = {}
+        self.stats.pending_rows = 0
 
     async def _commit(self) -> None:
         """Write what is buffered and commit the generation: one snapshot per table."""
@@ -393,19 +403,23 @@ class IcebergExporter:
     async def _commit_generation(self, gen: _Generation) -> None:
         properties = {
             commits.NODE_ID: self.node_id,
-            commits.LOG_ID: self._log_id or "",
             commits.OFFSET_START: str(gen.first),
             commits.OFFSET_END: str(gen.last),
         }
-        if not self._log_id:
-            del properties[commits.LOG_ID]
-        assert gen.files is not None
-        assert gen.landed is not None
-        for name, files in gen.files.items():
+        if self._log_id:
+            properties[commits.LOG_ID] = self._log_id
+        for name in sorted(self._tables):
+            files = [f for f in gen.files if f.table == name]
+            if not files:
+                continue
             conflicts: list[int] = []
             try:
                 self._tables[name] = await asyncio.to_thread(
-                    commits.commit_files, self._tables[name], files, properties, conflicts
+                    commits.commit_files,
+                    self._tables[name],
+                    [f.location for f in files],
+                    properties,
+                    conflicts,
                 )
             except Exception as error:
                 self.stats.commit_conflicts += len(conflicts)
@@ -413,13 +427,13 @@ class IcebergExporter:
                 raise TransientExportError(self._failure) from error
             self.stats.commit_conflicts += len(conflicts)
             self.stats.commits += 1
+            landed = sum(f.rows for f in files)
             if name == METRICS_TABLE:
-                self.stats.rows_landed += gen.landed.get(name, 0)
+                self.stats.rows_landed += landed
             else:
-                self.stats.raw_rows_landed += gen.landed.get(name, 0)
+                self.stats.raw_rows_landed += landed
         self._durable = gen.last + 1
         self.stats.durable_offset = self._durable
-        self.stats.pending_rows = 0
         self._gen = None
 
     async def _age_timer(self) -> None:

@@ -306,17 +306,11 @@ def run_pass(
 class Maintenance:
     """Runs ``run_pass`` at start and every ``interval_s``; a failed pass is logged and retried."""
 
-    def __init__(
-        self,
-        location: LakeLocation,
-        settings: MaintenanceSettings,
-        lock: asyncio.Lock | None = None,
-    ) -> None:
+    def __init__(self, location: LakeLocation, settings: MaintenanceSettings) -> None:
         self.location = location
         self.settings = settings
         self.stats = MaintenanceStats()
         self._task: asyncio.Task[None] | None = None
-        del lock  # the exporter's commits need no exclusion: Iceberg commits are optimistic
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="iceberg-maintenance")

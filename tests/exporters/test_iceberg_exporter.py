@@ -10,8 +10,11 @@ import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, Metric
 
 from exporters import registry
+from exporters.api import TransientExportError
 from exporters.iceberg import IcebergExporter, commits
 from exporters.iceberg.lake import open_catalog, open_table
+from exporters.iceberg.lanes import ProcessLane
+from exporters.iceberg.rows import write_data_file
 from exporters.iceberg.schema import INT64_MAX, lake_metrics_schema
 from exporters.otlp_rows import COLUMNS
 from exporters.parquet import ParquetExporter
@@ -61,7 +64,8 @@ def _histogram(count: int, buckets: list[int]) -> bytes:
 
 
 def test_the_schema_contract_columns_types_partitioning_and_sort(tmp_path: Path) -> None:
-    exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]])
+    # workers = 0: flattened in a thread of this process instead of a worker process.
+    exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]], workers=0)
     table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
     schema = table.schema()
     assert [f.name for f in schema.fields] == [*COLUMNS, "node_id", "ingest_node"]
@@ -132,9 +136,13 @@ def test_a_commit_from_a_stale_table_lands_once_beside_the_winner(tmp_path: Path
     winner = catalog.load_table(("kip714", "metrics"))
     rows = scan(exporter).slice(0, 1)
     hour = rows.column("received_time").cast(pa.int64())[0].as_py() // 3_600_000_000
-    path = commits.write_data_file(winner, rows.cast(lake_metrics_schema()), hour, "winner")
+    path = write_data_file(
+        winner.io, winner.location(), rows.cast(lake_metrics_schema()), hour, "winner"
+    )
     winner.add_files([path], check_duplicate_files=False)
-    mine = commits.write_data_file(stale, rows.cast(lake_metrics_schema()), hour, "mine")
+    mine = write_data_file(
+        stale.io, stale.location(), rows.cast(lake_metrics_schema()), hour, "mine"
+    )
     conflicts: list[int] = []
     properties = {commits.NODE_ID: "n", commits.LOG_ID: "l", commits.OFFSET_START: "0"}
     committed = commits.commit_files(
@@ -190,3 +198,40 @@ def test_the_entry_point_and_option_errors(tmp_path: Path) -> None:
         IcebergExporter({"path": str(tmp_path), "catalog": {"type": "hive", "uri": "x"}})
     with pytest.raises(ValueError, match="node_id"):
         IcebergExporter({"catalog": {"type": "sql", "uri": "sqlite:///x"}, "warehouse": "/w"})
+
+
+def test_a_dead_worker_stops_the_landing_and_a_restart_lands_everything_once(
+    tmp_path: Path,
+) -> None:
+    data = PRODUCER_PUSH.read_bytes()
+
+    async def crash() -> IcebergExporter:
+        exporter = IcebergExporter({"path": str(tmp_path), "max_file_age_s": 60})
+        exporter.bind_log("log-1")
+        await exporter.start()
+        try:
+            await exporter.export([push(data, offset=i) for i in range(5)])
+            await exporter.flush()
+            await exporter.export([push(data, offset=i) for i in range(5, 10)])
+            lane = exporter._lanes[0]
+            assert isinstance(lane, ProcessLane)
+            lane._handle.process.kill()  # the OOM killer, say
+            await asyncio.to_thread(lane._handle.process.join, 10)
+            with pytest.raises(TransientExportError):
+                await exporter.flush()
+            with pytest.raises(TransientExportError):
+                await exporter.export([push(data, offset=10)])
+            assert exporter.failure is not None
+            assert exporter.durable_offset() == 5  # the host commits nothing past it
+        finally:
+            await exporter.close()
+        return exporter
+
+    crashed = asyncio.run(crash())
+    assert crashed.stats.failures == 1
+    again = run(tmp_path, [[push(data, offset=i) for i in range(5, 12)]])
+    assert again.stats.replayed_pushes_skipped == 0
+    offsets = scan(again).column("push_offset").to_pylist()
+    per_push = crashed.stats.rows_landed // 5
+    assert sorted(set(offsets)) == list(range(12))
+    assert len(offsets) == 12 * per_push

@@ -24,6 +24,7 @@ from exporters.iceberg.maintenance import (
     remove_orphan_files,
     retain,
 )
+from exporters.iceberg.rows import write_data_file
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
 
 if TYPE_CHECKING:
@@ -143,8 +144,8 @@ def test_orphan_cleanup_removes_uncommitted_files_only(tmp_path: Path) -> None:
     table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
     before = _rows(table)
     # What a node killed between writing a data file and committing it leaves behind.
-    orphan = commits.write_data_file(
-        table, pa.table({"push_offset": [1]}), now_ms // MS_PER_HOUR, "crashed"
+    orphan = write_data_file(
+        table.io, table.location(), pa.table({"push_offset": [1]}), now_ms // MS_PER_HOUR, "crashed"
     )
     assert table.io.new_input(orphan).exists()
     assert remove_orphan_files(table, 1, now_ms) == 0  # too young
