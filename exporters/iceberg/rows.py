@@ -2,19 +2,19 @@
 
 A ``LakeRows`` flattens batches (``exporters.parquet.flatten``, the Parquet
 landing's vectorised flattener), turns them into lake rows (``schema``) and
-buffers them until ``write``, which writes one data file per table and
-receive hour into the table's ``data/`` directory through pyiceberg's
-FileIO (local disk or S3) and reports the files; the exporter then commits
-them. It runs in a worker process (``worker.py``) or, with ``workers = 0``,
-in a thread of the server; either way one lane handles its requests in
-order.
+streams them into one open data file per table and receive hour, in the
+table's ``data/`` directory through pyiceberg's FileIO (local disk or S3);
+``write`` closes the files and reports them, and the exporter commits them.
+It runs in a worker process (``worker.py``) or, with ``workers = 0``, in a
+thread of the server; either way one lane handles its requests in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,9 +23,6 @@ from pyiceberg.io import load_file_io
 from exporters.iceberg.schema import (
     METRICS_TABLE,
     PUSHES_TABLE,
-    concat,
-    lake_metrics_schema,
-    lake_pushes_schema,
     to_lake_pushes,
     to_lake_rows,
 )
@@ -43,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["BatchReply", "LakeRows", "LaneConfig", "WrittenFile", "write_data_file"]
 
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
+#: Rows an open data file buffers before writing them as a row group.
+ROW_GROUP_ROWS: Final = 131_072
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +97,30 @@ def write_data_file(io: FileIO, table_location: str, rows: pa.Table, hour: int, 
 
 
 @dataclass(slots=True)
+class _OpenFile:
+    """A data file being written: rows are appended as row groups, closed by ``write``."""
+
+    table: str
+    location: str
+    stream: Any
+    writer: pq.ParquetWriter
+    rows: int = 0
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+
+
+@dataclass(slots=True)
 class LakeRows:
-    """One lane's buffered rows of the current generation."""
+    """One lane's rows of the current generation, streamed into open data files.
+
+    Rows are appended to one open Parquet file per table and receive hour and
+    written out as a row group every ``row_group_rows`` rows, so memory stays
+    bounded by a row group per open file however long the generation is.
+    """
 
     config: LaneConfig
-    buffered: dict[str, list[pa.Table]] = field(default_factory=dict)
+    row_group_rows: int = ROW_GROUP_ROWS
+    files: dict[tuple[str, int], _OpenFile] = field(default_factory=dict)
     rows: int = 0
     written: int = 0
     _io: FileIO | None = None
@@ -117,7 +135,7 @@ class LakeRows:
     def batch(
         self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
     ) -> BatchReply:
-        """Flatten ``pushes`` (those at or past each table's resume offset) and buffer them."""
+        """Flatten ``pushes`` (those at or past each table's resume offset) and append them."""
         stats = FlattenStats()
         reply = BatchReply(stats, 0, 0, 0, 0, 0)
         fresh = [p for p in pushes if p.offset >= metrics_from]
@@ -127,41 +145,77 @@ class LakeRows:
             table, reply.refused_counts = to_lake_rows(flat, self.config.node_id)
             reply.unlandable = len(unlandable)
             reply.rows = table.num_rows
-            self._buffer(METRICS_TABLE, table)
+            self._append(METRICS_TABLE, table)
         if pushes_from is not None:
             raw = [p for p in pushes if p.offset >= pushes_from]
             if raw:
                 table = to_lake_pushes(pushes_table(raw), self.config.node_id)
                 reply.raw_rows = table.num_rows
-                self._buffer(PUSHES_TABLE, table)
+                self._append(PUSHES_TABLE, table)
         reply.buffered = self.rows
         return reply
 
-    def _buffer(self, name: str, table: pa.Table) -> None:
-        if table.num_rows:
-            self.buffered.setdefault(name, []).append(table)
-            self.rows += table.num_rows
+    def _append(self, name: str, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self.rows += table.num_rows
+        for hour, part in split_by_hour(table, hours_of(table.column("received_time"))):
+            key = (name, hour)
+            open_file = self.files.get(key)
+            if open_file is None:
+                open_file = self.files[key] = self._open(name, hour, part.schema)
+            open_file.pending.append(part)
+            open_file.pending_rows += part.num_rows
+            if open_file.pending_rows >= self.row_group_rows:
+                _write_pending(open_file)
+
+    def _open(self, name: str, hour: int, schema: pa.Schema) -> _OpenFile:
+        self.written += 1
+        stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
+        location = (
+            f"{self.config.locations[name]}/data/received_time_hour={stamp}/"
+            f"{self.config.node_id}-{self.config.token}-l{self.config.lane_id}-{self.written}.parquet"
+        )
+        stream = self.io.new_output(location).create(overwrite=True)
+        split = [c for c in _FLOAT_COLUMNS if c in schema.names]
+        writer = pq.ParquetWriter(
+            stream,
+            schema,
+            compression="zstd",
+            use_byte_stream_split=split or False,
+            use_dictionary=[c for c in schema.names if c not in split],
+        )
+        return _OpenFile(name, location, stream, writer)
 
     def write(self, first: int, last: int) -> list[WrittenFile]:
-        """Write every buffered row as data files (one per table and receive hour)."""
+        """Close every open data file of the generation ``first..last``; report them."""
+        del first, last  # the commit's snapshot properties carry the offsets
         files: list[WrittenFile] = []
-        for name, tables in sorted(self.buffered.items()):
-            schema = lake_metrics_schema() if name == METRICS_TABLE else lake_pushes_schema()
-            rows = concat(tables, schema)
-            for hour, part in split_by_hour(rows, hours_of(rows.column("received_time"))):
-                self.written += 1
-                file_name = (
-                    f"{self.config.node_id}-{first:020d}-{last:020d}-{self.config.token}"
-                    f"-l{self.config.lane_id}-{self.written}"
-                )
-                location = write_data_file(
-                    self.io, self.config.locations[name], part, hour, file_name
-                )
-                files.append(WrittenFile(name, location, part.num_rows))
-        self.buffered.clear()
+        for key in sorted(self.files):
+            open_file = self.files[key]
+            _write_pending(open_file)
+            open_file.writer.close()
+            open_file.stream.close()
+            files.append(WrittenFile(open_file.table, open_file.location, open_file.rows))
+        self.files.clear()
         self.rows = 0
         return files
 
     def discard(self) -> None:
-        self.buffered.clear()
+        """Drop the generation (after a failure): close what is open; orphans are cleaned later."""
+        for open_file in self.files.values():
+            with contextlib.suppress(Exception):
+                open_file.writer.close()
+                open_file.stream.close()
+        self.files.clear()
         self.rows = 0
+
+
+def _write_pending(open_file: _OpenFile) -> None:
+    if not open_file.pending:
+        return
+    rows = pa.concat_tables(open_file.pending)
+    open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+    open_file.rows += rows.num_rows
+    open_file.pending.clear()
+    open_file.pending_rows = 0
