@@ -3,7 +3,7 @@
 The same load generator as ``ack_bench.py`` (``_loadgen``: librdkafka-shaped
 60-metric zstd pushes over the Kafka protocol, from worker processes) offers
 ``--rate`` pushes/s in an open loop to ``kip714 serve`` whose only exporter
-is the Parquet landing. Printed:
+is the landing (``--landing iceberg``, the default, or ``parquet``). Printed:
 
 * the single-process limit, in this same run, of decompress + parse +
   flatten of the same payloads: the reference flattener (``otlp_rows``, into
@@ -13,7 +13,7 @@ is the Parquet landing. Printed:
   sampled every 0.5 s: landing lag (log end − landed position) at the end of
   the window and its maximum, p99 acknowledgement latency;
 * peak RSS of the server and of its landing workers;
-* after the load: time to drain the lag, rows in Parquet == acknowledged
+* after the load: time to drain the lag, rows landed == acknowledged
   pushes × 60, and bytes per data point on disk.
 
 Targets: ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
