@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -235,3 +236,42 @@ def test_a_dead_worker_stops_the_landing_and_a_restart_lands_everything_once(
     per_push = crashed.stats.rows_landed // 5
     assert sorted(set(offsets)) == list(range(12))
     assert len(offsets) == 12 * per_push
+
+
+def test_the_server_runs_maintenance_on_its_schedule(tmp_path: Path) -> None:
+    data = PRODUCER_PUSH.read_bytes()
+    hour_ms = 3_600_000
+    old = (int(time.time() * 1000) // hour_ms - 3) * hour_ms  # a closed hour
+
+    async def serve() -> IcebergExporter:
+        exporter = IcebergExporter(
+            {
+                "path": str(tmp_path),
+                "workers": 0,
+                "compact_after_hours": 0,
+                "maintenance_interval_s": 0.2,
+            }
+        )
+        exporter.bind_log("log-1")
+        await exporter.start()
+        try:
+            for offset in range(3):  # three commits, three files in one old hour
+                await exporter.export([push(data, offset=offset, received_time_ms=old)])
+                await exporter.flush()
+            stats = exporter.maintenance_stats
+            assert stats is not None
+            for _ in range(200):
+                if stats.hours_compacted:
+                    break
+                await asyncio.sleep(0.05)
+            assert stats.hours_compacted == 1
+            assert stats.failures == 0
+        finally:
+            await exporter.close()
+        return exporter
+
+    exporter = asyncio.run(serve())
+    table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
+    assert len(list(table.scan().plan_files())) == 1
+    assert sorted(set(scan(exporter).column("push_offset").to_pylist())) == [0, 1, 2]
+    assert IcebergExporter({"path": str(tmp_path)}).maintenance_stats is None  # none configured
