@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from exporters.api import LoggedPush, TransientExportError
 from exporters.cancellation import run_to_completion
+from exporters.generations import age_timer, free_worker, stop_task
 from exporters.iceberg import commits
 from exporters.iceberg.lake import lake_location, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
@@ -307,18 +308,14 @@ class IcebergExporter:
 
     async def _free_lane(self) -> int:
         """The next lane in turn with room for a batch (round robin keeps them even)."""
-        for _ in range(1000):
-            for _ in range(len(self._lanes)):
-                index = self._round_robin
-                self._round_robin = (self._round_robin + 1) % len(self._lanes)
-                if self._lanes[index].in_flight <= IN_FLIGHT_PER_LANE:
-                    return index
-            busy = [f for f in (self._gen.batches if self._gen else []) if not f.done()]
-            if not busy:
-                return self._round_robin
-            await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
-            self._raise_if_failed()
-        return self._round_robin
+        index, self._round_robin = await free_worker(
+            self._lanes,
+            self._round_robin,
+            IN_FLIGHT_PER_LANE,
+            lambda: self._gen.batches if self._gen else [],
+            self._raise_if_failed,
+        )
+        return index
 
     def _on_batch(self, gen: _Generation, lane: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -364,9 +361,7 @@ class IcebergExporter:
 
     async def _stop_timer(self) -> None:
         timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-            await asyncio.wait({timer})
+        await stop_task(timer)
 
     async def _stop_lanes(self) -> None:
         lanes, self._lanes = self._lanes, []
@@ -438,19 +433,13 @@ class IcebergExporter:
 
     async def _age_timer(self) -> None:
         """Commit a generation once it is ``max_file_age_s`` old, however quiet the traffic."""
-        tick = min(1.0, self.max_file_age_s / 4)
-        while True:
-            await asyncio.sleep(tick)
-            gen = self._gen
-            if gen is None or self._failure is not None:
-                continue
-            if time.monotonic() - gen.started < self.max_file_age_s:
-                continue
-            async with self._gen_lock:
-                if self._closed:
-                    return
-                with contextlib.suppress(TransientExportError):
-                    await self._commit()
+        await age_timer(
+            self.max_file_age_s,
+            lambda: None if self._gen is None or self._failure else self._gen.started,
+            self._gen_lock,
+            self._commit,
+            lambda: self._closed,
+        )
 
     # -- failure -------------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 
 from exporters.iceberg.schema import (
@@ -29,6 +28,7 @@ from exporters.iceberg.schema import (
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet.flatten import flatten_to_table
 from exporters.parquet.schema import hours_of, pushes_table, split_by_hour
+from exporters.parquet.worker import OpenFile, landing_writer, write_pending
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchReply", "LakeRows", "LaneConfig", "WrittenFile", "write_data_file"]
 
-_FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
 #: Rows an open data file buffers before writing them as a row group.
 ROW_GROUP_ROWS: Final = 131_072
 
@@ -77,36 +76,21 @@ class WrittenFile:
 def write_data_file(io: FileIO, table_location: str, rows: pa.Table, hour: int, name: str) -> str:
     """Write ``rows`` (one receive hour) as a Parquet data file under ``table_location``.
 
-    Written with the encodings the Parquet landing measured best: zstd,
-    byte-stream split for the measured values, dictionaries elsewhere. The
+    Written with the Parquet landing's encodings (``landing_writer``). The
     file carries no field ids; the table's name mapping resolves its columns.
     """
-    stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
-    location = f"{table_location}/data/received_time_hour={stamp}/{name}.parquet"
-    split = [c for c in _FLOAT_COLUMNS if c in rows.column_names]
+    location = data_file_location(table_location, hour, name)
     with io.new_output(location).create(overwrite=True) as stream:
-        pq.write_table(
-            rows,
-            stream,
-            compression="zstd",
-            use_byte_stream_split=split or False,
-            use_dictionary=[c for c in rows.column_names if c not in split],
-            row_group_size=1 << 20,
-        )
+        writer = landing_writer(stream, rows.schema, None)
+        writer.write_table(rows)
+        writer.close()
     return location
 
 
-@dataclass(slots=True)
-class _OpenFile:
-    """A data file being written: rows are appended as row groups, closed by ``write``."""
-
-    table: str
-    location: str
-    stream: Any
-    writer: pq.ParquetWriter
-    rows: int = 0
-    pending: list[pa.Table] = field(default_factory=list)
-    pending_rows: int = 0
+def data_file_location(table_location: str, hour: int, name: str) -> str:
+    """Where a data file of one receive hour goes: ``<table>/data/received_time_hour=…/``."""
+    stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
+    return f"{table_location}/data/received_time_hour={stamp}/{name}.parquet"
 
 
 @dataclass(slots=True)
@@ -120,7 +104,8 @@ class LakeRows:
 
     config: LaneConfig
     row_group_rows: int = ROW_GROUP_ROWS
-    files: dict[tuple[str, int], _OpenFile] = field(default_factory=dict)
+    files: dict[tuple[str, int], OpenFile] = field(default_factory=dict)
+    streams: dict[str, Any] = field(default_factory=dict)  # location -> its output stream
     rows: int = 0
     written: int = 0
     _io: FileIO | None = None
@@ -167,25 +152,17 @@ class LakeRows:
             open_file.pending.append(part)
             open_file.pending_rows += part.num_rows
             if open_file.pending_rows >= self.row_group_rows:
-                _write_pending(open_file)
+                write_pending(open_file)
 
-    def _open(self, name: str, hour: int, schema: pa.Schema) -> _OpenFile:
+    def _open(self, name: str, hour: int, schema: pa.Schema) -> OpenFile:
         self.written += 1
-        stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
-        location = (
-            f"{self.config.locations[name]}/data/received_time_hour={stamp}/"
-            f"{self.config.node_id}-{self.config.token}-l{self.config.lane_id}-{self.written}.parquet"
+        location = data_file_location(
+            self.config.locations[name],
+            hour,
+            f"{self.config.node_id}-{self.config.token}-l{self.config.lane_id}-{self.written}",
         )
-        stream = self.io.new_output(location).create(overwrite=True)
-        split = [c for c in _FLOAT_COLUMNS if c in schema.names]
-        writer = pq.ParquetWriter(
-            stream,
-            schema,
-            compression="zstd",
-            use_byte_stream_split=split or False,
-            use_dictionary=[c for c in schema.names if c not in split],
-        )
-        return _OpenFile(name, location, stream, writer)
+        stream = self.streams[location] = self.io.new_output(location).create(overwrite=True)
+        return OpenFile(name, hour, 0, location, landing_writer(stream, schema, None))
 
     def write(self, first: int, last: int) -> list[WrittenFile]:
         """Close every open data file of the generation ``first..last``; report them."""
@@ -193,10 +170,10 @@ class LakeRows:
         files: list[WrittenFile] = []
         for key in sorted(self.files):
             open_file = self.files[key]
-            _write_pending(open_file)
+            write_pending(open_file)
             open_file.writer.close()
-            open_file.stream.close()
-            files.append(WrittenFile(open_file.table, open_file.location, open_file.rows))
+            self.streams.pop(open_file.staged).close()
+            files.append(WrittenFile(open_file.table, open_file.staged, open_file.rows))
         self.files.clear()
         self.rows = 0
         return files
@@ -206,16 +183,9 @@ class LakeRows:
         for open_file in self.files.values():
             with contextlib.suppress(Exception):
                 open_file.writer.close()
-                open_file.stream.close()
+        for stream in self.streams.values():
+            with contextlib.suppress(Exception):
+                stream.close()
         self.files.clear()
+        self.streams.clear()
         self.rows = 0
-
-
-def _write_pending(open_file: _OpenFile) -> None:
-    if not open_file.pending:
-        return
-    rows = pa.concat_tables(open_file.pending)
-    open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
-    open_file.rows += rows.num_rows
-    open_file.pending.clear()
-    open_file.pending_rows = 0

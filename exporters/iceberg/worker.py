@@ -20,14 +20,11 @@ committed are orphans, never read, removed by orphan cleanup.
 
 from __future__ import annotations
 
-import signal
-import traceback
-from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from exporters.api import LoggedPush
 from exporters.iceberg.rows import LakeRows, LaneConfig
+from exporters.parquet.worker import serve_requests
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -37,35 +34,13 @@ __all__ = ["worker_main"]
 
 def worker_main(conn: Connection, config: LaneConfig) -> None:
     """Entry point of a worker process; serves requests until ``stop`` or EOF."""
-    # The server handles SIGINT/SIGTERM and tells us when to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    pa.set_memory_pool(pa.system_memory_pool())
     lane = LakeRows(config)
-    poisoned: str | None = None
-    try:
-        while True:
-            try:
-                message: tuple[Any, ...] = conn.recv()
-            except (EOFError, OSError):
-                return  # the parent is gone
-            kind = message[0]
-            if kind == "stop":
-                conn.send(("stopped",))
-                return
-            try:
-                if poisoned is not None:
-                    raise RuntimeError(f"worker is poisoned: {poisoned}")
-                if kind == "batch":
-                    pushes = [LoggedPush(*fields) for fields in message[1]]
-                    reply: tuple[Any, ...] = ("done", lane.batch(pushes, message[2], message[3]))
-                elif kind == "write":
-                    reply = ("written", lane.write(message[1], message[2]))
-                else:
-                    raise ValueError(f"unknown request {kind!r}")
-            except Exception:
-                poisoned = poisoned or traceback.format_exc(limit=8)
-                lane.discard()
-                reply = ("error", poisoned)
-            conn.send(reply)
-    finally:
-        conn.close()
+    serve_requests(
+        conn,
+        {
+            "batch": lambda m: ("done", lane.batch([LoggedPush(*f) for f in m[1]], m[2], m[3])),
+            "write": lambda m: ("written", lane.write(m[1], m[2])),
+        },
+        lambda _reason: lane.discard(),
+        lane.discard,
+    )

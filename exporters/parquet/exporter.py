@@ -32,7 +32,6 @@ written and accounted for, or not written at all.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import fcntl
 import logging
@@ -46,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, final
 
 from exporters.api import LoggedPush, TransientExportError
 from exporters.cancellation import run_to_completion
+from exporters.generations import age_timer, free_worker, stop_task
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
@@ -308,11 +308,7 @@ class ParquetExporter:
 
     async def _stop_timer(self) -> None:
         timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-            # wait(), not `await timer` under suppress(CancelledError): that would
-            # also swallow a cancellation of close() itself.
-            await asyncio.wait({timer})
+        await stop_task(timer)
 
     # -- generations ---------------------------------------------------------------------------
 
@@ -325,17 +321,14 @@ class ParquetExporter:
 
     async def _free_worker(self) -> WorkerHandle:
         """The next worker in turn with room for a batch (round robin keeps them even)."""
-        while True:
-            for _ in range(len(self._handles)):
-                handle = self._handles[self._round_robin]
-                self._round_robin = (self._round_robin + 1) % len(self._handles)
-                if handle.in_flight <= IN_FLIGHT_PER_WORKER:
-                    return handle
-            busy = [f for f in self._gen_batches if not f.done()]
-            if not busy:
-                return self._handles[self._round_robin]
-            await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
-            self._raise_if_failed()
+        index, self._round_robin = await free_worker(
+            self._handles,
+            self._round_robin,
+            IN_FLIGHT_PER_WORKER,
+            lambda: self._gen_batches,
+            self._raise_if_failed,
+        )
+        return self._handles[index]
 
     def _on_batch(self, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -437,18 +430,17 @@ class ParquetExporter:
 
     async def _age_timer(self) -> None:
         """Publish a generation once it is ``max_file_age_s`` old, however quiet the traffic."""
-        tick = min(1.0, self.max_file_age_s / 4)
-        while True:
-            await asyncio.sleep(tick)
-            if self._gen_first is None or self._failure is not None or self._abandoned:
-                continue
-            if time.monotonic() - self._gen_started < self.max_file_age_s:
-                continue
-            async with self._gen_lock:
-                if self._closed or self._abandoned is not None:
-                    return
-                with contextlib.suppress(TransientExportError):
-                    await self._roll()
+        await age_timer(
+            self.max_file_age_s,
+            lambda: (
+                None
+                if self._gen_first is None or self._failure is not None or self._abandoned
+                else self._gen_started
+            ),
+            self._gen_lock,
+            self._roll,
+            lambda: self._closed or self._abandoned is not None,
+        )
 
     # -- failure -------------------------------------------------------------------------------
 

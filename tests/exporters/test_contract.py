@@ -23,6 +23,7 @@ from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
 OPTIONS: dict[str, Callable[[Path], Mapping[str, Any]]] = {
     "jsonl": lambda tmp: {"path": str(tmp / "contract.jsonl")},
     "parquet": lambda tmp: {"path": str(tmp / "landing")},
+    "iceberg": lambda tmp: {"path": str(tmp / "lake")},
     "test-recorder": lambda tmp: {"path": str(tmp / "recorded.jsonl")},
 }
 
