@@ -19,7 +19,7 @@ from exporters.iceberg.rows import write_data_file
 from exporters.iceberg.schema import INT64_MAX, lake_metrics_schema
 from exporters.otlp_rows import COLUMNS
 from exporters.parquet import ParquetExporter
-from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push
+from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,23 +28,11 @@ if TYPE_CHECKING:
     from exporters.api import LoggedPush
 
 
-async def _run(
-    exporter: IcebergExporter, batches: Sequence[Sequence[LoggedPush]], log_id: str = "log-1"
-) -> IcebergExporter:
-    exporter.bind_log(log_id)
-    await exporter.start()
-    try:
-        for batch in batches:
-            await exporter.export(batch)
-        await exporter.flush()
-    finally:
-        await exporter.close()
-    return exporter
-
-
 def run(path: Path, batches: Sequence[Sequence[LoggedPush]], **options: Any) -> IcebergExporter:
     log_id = options.pop("log_id", "log-1")
-    return asyncio.run(_run(IcebergExporter({"path": str(path), **options}), batches, log_id))
+    return asyncio.run(
+        run_exporter(IcebergExporter({"path": str(path), **options}), batches, log_id)
+    )
 
 
 def scan(exporter: IcebergExporter, name: str = "metrics") -> pa.Table:

@@ -9,25 +9,14 @@ from exporters.iceberg import IcebergExporter
 from exporters.iceberg.lake import open_catalog
 from exporters.parquet import ParquetExporter
 from telemetry.lake_cli import main
-from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
+from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push, run_exporter
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from pathlib import Path
 
     import pytest
 
-    from exporters.api import Exporter, LoggedPush
-
-
-async def _land(exporter: Exporter, batches: Sequence[Sequence[LoggedPush]]) -> None:
-    await exporter.start()
-    try:
-        for batch in batches:
-            await exporter.export(batch)
-            await exporter.flush()
-    finally:
-        await exporter.close()
+    from exporters.api import LoggedPush
 
 
 def _batches(first: int, count: int) -> list[list[LoggedPush]]:
@@ -46,7 +35,7 @@ def test_tables_snapshots_query_compact_expire(
 ) -> None:
     exporter = IcebergExporter({"path": str(tmp_path), "node_id": "n1"})
     exporter.bind_log("log-1")
-    asyncio.run(_land(exporter, _batches(0, 4)))
+    asyncio.run(run_exporter(exporter, _batches(0, 4), flush_each=True))
     rows = exporter.stats.rows_landed
     data = ("--data-dir", str(tmp_path))
 
@@ -85,7 +74,7 @@ def test_import_parquet_lands_each_file_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     landing = ParquetExporter({"path": str(tmp_path), "workers": 1})
-    asyncio.run(_land(landing, _batches(0, 3)))
+    asyncio.run(run_exporter(landing, _batches(0, 3), flush_each=True))
     rows = landing.stats.rows_landed
     data = ("--data-dir", str(tmp_path))
 
@@ -96,7 +85,7 @@ def test_import_parquet_lands_each_file_once(
     assert "imported 0 file(s) (0 rows, 0 commit(s)); 3 already imported" in out
 
     later = ParquetExporter({"path": str(tmp_path), "workers": 1})
-    asyncio.run(_land(later, _batches(3, 1)))
+    asyncio.run(run_exporter(later, _batches(3, 1), flush_each=True))
     code, out, _ = run(capsys, *data, "import-parquet")
     assert "imported 1 file(s)" in out
     assert "3 already imported" in out
