@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,7 +19,9 @@ from exporters.api import TransientExportError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-__all__ = ["HasInFlight", "age_timer", "free_worker", "stop_task"]
+__all__ = ["GenerationLanding", "HasInFlight", "age_timer", "free_worker", "stop_task"]
+
+_log = logging.getLogger(__name__)
 
 
 class HasInFlight(Protocol):
@@ -85,3 +88,107 @@ async def free_worker(
             return turn, (turn + 1) % len(workers)
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         check()
+
+
+class _Counters(Protocol):
+    failures: int
+    replayed_pushes_skipped: int
+
+
+class GenerationLanding:
+    """The fail-stop state, ``flush`` and ``close`` of a landing that seals generations.
+
+    A subclass calls ``_init_generations`` in its constructor, sets
+    ``stats`` (with ``failures`` and ``replayed_pushes_skipped``) and
+    implements ``_seal`` (seal and land the open generation),
+    ``durable_offset``, ``_where`` (its name in messages) and, where it has
+    them, ``_before_close`` (stop background work) and ``_release`` (stop
+    workers, unlock).
+    """
+
+    stats: _Counters
+    _timer: asyncio.Task[None] | None
+
+    def _init_generations(self) -> None:
+        self._gen_lock = asyncio.Lock()
+        self._timer = None
+        self._started = False
+        self._closed = False
+        self._failure: str | None = None
+
+    def durable_offset(self) -> int:
+        raise NotImplementedError
+
+    def _where(self) -> str:
+        raise NotImplementedError
+
+    async def _seal(self) -> None:
+        raise NotImplementedError
+
+    async def _before_close(self) -> None:
+        return None
+
+    async def _release(self) -> None:
+        return None
+
+    def _may_seal_on_close(self) -> bool:
+        return self._failure is None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the landing stopped (fail-stop, until a restart), or ``None`` while it works."""
+        return self._failure
+
+    def _fail(self, reason: str) -> None:
+        if self._failure is None:
+            self._failure = (
+                f"{self._where()} stopped: {reason}; restart kip714 to resume "
+                f"from offset {self.durable_offset()}"
+            )
+            self.stats.failures += 1
+            _log.error("%s", self._failure)
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise TransientExportError(self._failure)
+
+    def _skip_replayed(self, batch: Sequence[Any], next_offset: int) -> int:
+        """How many pushes at the head of ``batch`` lie below ``next_offset`` (counted)."""
+        start = 0
+        while start < len(batch) and batch[start].offset < next_offset:
+            start += 1
+        self.stats.replayed_pushes_skipped += start
+        return start
+
+    async def flush(self) -> None:
+        """Seal and land the open generation (everything exported so far)."""
+        if not self._started or self._closed:
+            return
+        async with self._gen_lock:
+            self._raise_if_failed()
+            await self._seal()
+
+    async def close(self) -> None:
+        """Land what is pending (unless failed), stop the timer and the workers; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._before_close()
+            if self._started:
+                # Under the lock: an age-timer seal in progress finishes first,
+                # rather than being cancelled half-way.
+                async with self._gen_lock:
+                    await self._stop_timer()
+                    if self._may_seal_on_close():
+                        try:
+                            await self._seal()
+                        except TransientExportError:
+                            _log.error("%s could not land its last generation", self._where())
+        finally:
+            await self._stop_timer()
+            await self._release()
+
+    async def _stop_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        await stop_task(timer)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from exporters.api import LoggedPush, TransientExportError
 from exporters.cancellation import run_to_completion
-from exporters.generations import age_timer, free_worker, stop_task
+from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.iceberg import commits
 from exporters.iceberg.lake import lake_location, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
@@ -133,13 +133,15 @@ def node_id_in(data_dir: Path) -> str:
 
 
 @final
-class IcebergExporter:
+class IcebergExporter(GenerationLanding):
     """Lands every data point in ``<namespace>.metrics`` (and ``pushes`` with ``raw``).
 
     Raises (at construction):
         TypeError: An unknown option.
         ValueError: An option with an invalid value.
     """
+
+    stats: IcebergStats
 
     def __init__(self, config: Mapping[str, Any], /) -> None:
         unknown = sorted(set(config) - _OPTIONS)
@@ -172,13 +174,9 @@ class IcebergExporter:
         self._lanes: list[ProcessLane | ThreadLane] = []
         self._round_robin = 0
         self._gen: _Generation | None = None
-        self._gen_lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
         self._maintenance: Maintenance | None = None
-        self._started = False
-        self._closed = False
-        self._failure: str | None = None
         self._durable = 0
+        self._init_generations()
 
     @property
     def node_id(self) -> str:
@@ -260,11 +258,6 @@ class IcebergExporter:
             self._durable,
         )
 
-    @property
-    def failure(self) -> str | None:
-        """Why the landing stopped (fail-stop, until a restart), or ``None`` while it works."""
-        return self._failure
-
     def durable_offset(self) -> int:
         """The first offset not yet in a committed snapshot (see the module docstring)."""
         if self._gen is not None:
@@ -280,10 +273,7 @@ class IcebergExporter:
         if not self._started or self._closed:
             raise RuntimeError("iceberg exporter used before start() or after close()")
         self._raise_if_failed()
-        start = 0
-        while start < len(batch) and batch[start].offset < self._next:
-            start += 1
-        self.stats.replayed_pushes_skipped += start
+        start = self._skip_replayed(batch, self._next)
         if start == len(batch):
             return
         pushes = batch[start:]
@@ -331,37 +321,18 @@ class IcebergExporter:
         gen.buffered[lane] = reply.buffered
         self.stats.pending_rows = sum(gen.buffered.values())
 
-    async def flush(self) -> None:
-        """Commit the current generation (everything exported so far)."""
-        if not self._started or self._closed:
-            return
-        async with self._gen_lock:
-            self._raise_if_failed()
-            await self._commit()
+    def _where(self) -> str:
+        return f"iceberg landing {self.location.namespace}.{METRICS_TABLE}"
 
-    async def close(self) -> None:
-        """Commit what is pending (unless failed), stop lanes and timers; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._maintenance is not None:
-                await self._maintenance.stop()
-            if self._started:
-                async with self._gen_lock:
-                    await self._stop_timer()
-                    if self._failure is None:
-                        try:
-                            await self._commit()
-                        except TransientExportError:
-                            _log.error("iceberg landing could not commit its last generation")
-        finally:
-            await self._stop_timer()
-            await self._stop_lanes()
+    async def _before_close(self) -> None:
+        if self._maintenance is not None:
+            await self._maintenance.stop()
 
-    async def _stop_timer(self) -> None:
-        timer, self._timer = self._timer, None
-        await stop_task(timer)
+    async def _release(self) -> None:
+        await self._stop_lanes()
+
+    async def _seal(self) -> None:
+        await self._commit()
 
     async def _stop_lanes(self) -> None:
         lanes, self._lanes = self._lanes, []
@@ -440,18 +411,3 @@ class IcebergExporter:
             self._commit,
             lambda: self._closed,
         )
-
-    # -- failure -------------------------------------------------------------------------------
-
-    def _fail(self, reason: str) -> None:
-        if self._failure is None:
-            self._failure = (
-                f"iceberg landing stopped: {reason}; restart kip714 to resume "
-                f"from offset {self.durable_offset()}"
-            )
-            self.stats.failures += 1
-            _log.error("%s", self._failure)
-
-    def _raise_if_failed(self) -> None:
-        if self._failure is not None:
-            raise TransientExportError(self._failure)
