@@ -70,7 +70,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from telemetry.kafka_connection import ConnectionState, PendingResponse
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
+    from telemetry.metastore import MetadataImage, MetadataRecord
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings
 
@@ -123,7 +124,7 @@ class KafkaSecurity:
     def __init__(
         self,
         settings: SecuritySettings,
-        store: MetadataStore | None,
+        store: MetadataBackend | None,
         clock: Callable[[], int],
     ) -> None:
         self.settings = settings
@@ -388,7 +389,7 @@ class _PendingAppend:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: MetadataBackend,
         records: tuple[MetadataRecord, ...],
         correlation_id: int,
         version: int,
