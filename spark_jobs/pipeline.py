@@ -17,13 +17,14 @@ materialised by their own write) and calls ``unpersist`` at the end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as sf
 
+from spark_jobs.io import Range, within
 from spark_jobs.rollups import (
     client_health,
     gauge_rollup,
@@ -70,24 +71,22 @@ def prepare_and_persist(points: DataFrame) -> DataFrame:
 
 def plan_rollups(
     prepared: DataFrame,
-    start: datetime,
-    end: datetime,
+    ranges: Sequence[Range],
     windows: list[int],
     *,
     top: int = 10,
     top_by: str = "p99",
 ) -> RollupSet:
-    """Every output of a batch run over ``[start, end)`` (whole windows of the largest length).
+    """Every output of a run over ``ranges`` (whole windows of the largest length).
 
     ``prepared`` holds the prepared landing from ``DEFAULT_LOOKBACK`` before
-    ``start`` (cumulative points need their predecessor), ideally persisted.
+    each range (cumulative points need their predecessor), ideally persisted.
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
     then ``top_clients_1h`` and ``client_health_1h``.
     """
     result = RollupSet()
-    in_range = prepared.where(sf.col("time") >= sf.lit(start))
-    window_start = sf.col("window_start")
-    inside = (window_start >= sf.lit(start)) & (window_start < sf.lit(end))
+    in_range = prepared.where(within("time", ranges))
+    inside = within("window_start", ranges)
     ordered = sorted(windows)
     base = ordered[0]
     derive = [w for w in ordered[1:] if w % base == 0]
