@@ -19,6 +19,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from telemetry import demo, log_cli
+from telemetry.rollup_args import RollupConfigError, rollup_argv
 from telemetry.admin import cli as admin_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def rollup(argv: Sequence[str]) -> int:
-    """``kip714 rollup``: the same job ``spark-submit spark_jobs/job.py`` runs."""
+    """``kip714 rollup``: the job ``spark-submit spark_jobs/job.py`` runs, plus ``--config FILE``."""
     try:
         from spark_jobs import job  # noqa: PLC0415 - PySpark loads only for this command
     except ImportError as error:
@@ -159,7 +160,12 @@ def rollup(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    return job.main(argv)
+    try:
+        job_argv = rollup_argv(argv)
+    except RollupConfigError as error:
+        print(f"kip714 rollup: error: {error}", file=sys.stderr)
+        return 2
+    return job.main(job_argv)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
