@@ -85,7 +85,12 @@ def _duration(text: str) -> timedelta:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=_PROG, description="Spark rollups over the lake.")
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Spark rollups over the lake.",
+        epilog="kip714 rollup also takes --config FILE: the server's config, whose [lake] "
+        "gives --catalog-uri, --warehouse and --namespace.",
+    )
     add = parser.add_argument
     add("--data-dir", help="kip714 data directory: the lake defaults to DIR/lake/")
     add("--catalog-uri", help="the SQLite catalog file (default: DATA_DIR/lake/catalog.db)")

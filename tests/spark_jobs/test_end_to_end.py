@@ -1,4 +1,9 @@
-"""A real librdkafka producer pushes to `kip714 serve`; the rollup counts what it pushed."""
+"""A real librdkafka producer pushes to `kip714 serve`; the rollup counts what it pushed.
+
+The server lands Parquet on this branch; the test appends those rows to the
+Iceberg landing table through ``lake_writer`` (the landing's contract) and
+runs the job on the lake, as a subprocess like a user would.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
 from confluent_kafka import Producer
 
+from spark_jobs.lake import Lake
+from tests.spark_jobs.lake_writer import append_parquet_landing, catalog
 from tests.telemetry.serve_process import ServeProcess
 
 CONFIG = """
@@ -70,6 +76,8 @@ def test_rollup_counts_match_what_a_real_client_pushed(tmp_path: Path) -> None:
         if r["metric_type"] in ("gauge", "sum") and r["value"] is not None
     )
 
+    lake = Lake.under(data)
+    append_parquet_landing(lake, data / "metrics")
     result = subprocess.run(
         [sys.executable, "-m", "spark_jobs.job", "--data-dir", str(data), "--windows", "1h"],
         capture_output=True,
@@ -83,7 +91,7 @@ def test_rollup_counts_match_what_a_real_client_pushed(tmp_path: Path) -> None:
 
     rolled: collections.Counter[tuple[str, str]] = collections.Counter()
     for name, kind, column in (("gauges_1h", "gauge", "count"), ("sums_1h", "sum", "points")):
-        table = ds.dataset(data / "rollups" / name, partitioning="hive").to_table()
+        table = catalog(lake).load_table(f"{lake.namespace}.{name}").scan().to_arrow()
         for metric, client, n in zip(
             table.column("metric_name").to_pylist(),
             table.column("client_id").to_pylist(),
