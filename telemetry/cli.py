@@ -19,13 +19,13 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from telemetry import demo, log_cli
-from telemetry.rollup_args import RollupConfigError, rollup_argv
 from telemetry.admin import cli as admin_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
 from telemetry.data_dir_lock import DataDirLockedError
 from telemetry.errors import ConfigError
 from telemetry.log_setup import configure_logging
+from telemetry.rollup_args import RollupConfigError, rollup_argv
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def rollup(argv: Sequence[str]) -> int:
-    """``kip714 rollup``: the job ``spark-submit spark_jobs/job.py`` runs, plus ``--config FILE``."""
+    """``kip714 rollup``: the job ``spark-submit spark_jobs/job.py`` runs, and ``--config``."""
     try:
         from spark_jobs import job  # noqa: PLC0415 - PySpark loads only for this command
     except ImportError as error:
