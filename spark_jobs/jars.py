@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["ICEBERG_PACKAGES", "JarsUnavailableError", "cache_dir", "iceberg_jars"]
+__all__ = ["ICEBERG_PACKAGES", "JarsUnavailableError", "cache_dir", "iceberg_jars", "main"]
 
 ICEBERG_PACKAGES: tuple[str, ...] = (
     "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0",
@@ -83,3 +83,17 @@ def iceberg_jars() -> list[Path] | None:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return _cached(target)
+
+
+def main() -> int:
+    """``python -m spark_jobs.jars``: the jars, comma-separated, for ``spark-submit --jars``."""
+    jars = iceberg_jars()
+    if jars is None:
+        print(f"mvn not found: use spark-submit --packages {','.join(ICEBERG_PACKAGES)}")
+        return 1
+    print(",".join(str(jar) for jar in jars))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

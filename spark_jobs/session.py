@@ -17,7 +17,6 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.jars import ICEBERG_PACKAGES, iceberg_jars
 from spark_jobs.lake import Lake
 
 __all__ = ["DEFAULT_MASTER", "ICEBERG_EXTENSIONS", "iceberg_conf", "spark_session"]
@@ -42,6 +41,9 @@ def iceberg_conf(lake: Lake) -> dict[str, str]:
     from its ``--jars``/``--conf`` (docs/rollups.md), and only the catalog
     settings (runtime SQL settings) still apply.
     """
+    # Imported here so that `python -m spark_jobs.jars` runs a module not yet imported.
+    from spark_jobs.jars import ICEBERG_PACKAGES, iceberg_jars  # noqa: PLC0415
+
     conf = {"spark.sql.extensions": ICEBERG_EXTENSIONS, **lake.spark_conf()}
     jars = iceberg_jars()
     if jars is None:
