@@ -85,8 +85,8 @@ def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
         master, master_log = start("master", "org.apache.spark.deploy.master.Master", *loopback)
         url = _wait_for(master_log, _MASTER_URL, 1, master)[0]
         for k in range(workers):
-            start(f"worker-{k}", "org.apache.spark.deploy.worker.Worker", url, *loopback,
-                  "--cores", "1", "--memory", "512m", "--work-dir", str(workdir / f"work-{k}"))  # fmt: skip
+            worker = ("--cores", "1", "--memory", "512m", "--work-dir", str(workdir / f"work-{k}"))
+            start(f"worker-{k}", "org.apache.spark.deploy.worker.Worker", url, *loopback, *worker)
         _wait_for(master_log, _REGISTERED, workers, master)
         yield url
     finally:
