@@ -52,6 +52,8 @@ DEFAULT_LATENESS = timedelta(hours=2)
 
 _PROG = "kip714 rollup"
 _HOUR = 3600
+_DEFAULT_SHUFFLE_PARTITIONS = 4
+_ROWS_PER_PARTITION = 2_000_000
 
 
 def _time(text: str) -> datetime:
@@ -104,7 +106,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--lateness", type=_duration, default=DEFAULT_LATENESS, help="reach of the default range")
     add("--top", type=int, default=10, help="clients per metric and hour in top_clients_1h")
     add("--top-by", default="p99", choices=("count", "avg", "max", "last", "p50", "p95", "p99"))
-    add("--shuffle-partitions", type=int, default=4)
+    add("--shuffle-partitions", type=int, help="default: sized to the data (1 per ~2M points)")
     add("--driver-memory", default="1g", help="when this process starts the JVM")
     add("--verbose", action="store_true", help="keep Spark's own log output on stderr")
     args = parser.parse_args(argv)
@@ -159,6 +161,20 @@ class Plan:
     """Batch: the range to recompute. Incremental: empty until the appended rows are read."""
     appended_after: int | None = None
     """Incremental: the recorded landing snapshot to read appends after."""
+    estimated_rows: int | None = None
+    """Batch: rows of the landing files the range touches (an upper bound), None if unknown."""
+
+    def shuffle_partitions(self, given: int | None) -> int:
+        """``given``, else sized to the data: one per ~2M rows, 1 to 8.
+
+        Why: on a small run every extra shuffle partition is a task with a fixed
+        cost and nothing to do; AQE coalesces after the fact but still plans them.
+        """
+        if given is not None:
+            return given
+        if self.estimated_rows is None:
+            return _DEFAULT_SHUFFLE_PARTITIONS
+        return max(1, min(8, -(-self.estimated_rows // _ROWS_PER_PARTITION)))
 
 
 class NothingNewError(LookupError):
@@ -182,12 +198,13 @@ def plan(args: argparse.Namespace, now: datetime) -> Plan:
         recorded = next(iter(state.recorded.values()))
         return Plan(lake, state.landing_snapshot_id, [], appended_after=recorded)
     start, end = _range(args, now)
-    if not metadata.has_points(lake, state.landing_snapshot_id, [(start, end)]):
+    rows = metadata.rows_in(lake, state.landing_snapshot_id, [(start, end)])
+    if rows == 0:
         raise io.NoDataError(
             f"no landing data between {start:%Y-%m-%dT%H:%M}Z and {end:%Y-%m-%dT%H:%M}Z "
             f"in {lake.landing}"
         )
-    return Plan(lake, state.landing_snapshot_id, [(start, end)])
+    return Plan(lake, state.landing_snapshot_id, [(start, end)], estimated_rows=rows)
 
 
 def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> JobSummary:
@@ -278,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             spark = spark_session(
                 args.master,
                 lake=run_plan.lake,
-                shuffle_partitions=args.shuffle_partitions,
+                shuffle_partitions=run_plan.shuffle_partitions(args.shuffle_partitions),
                 driver_memory=args.driver_memory,
             )
         print(execute(spark, args, run_plan).render())

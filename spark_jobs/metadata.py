@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from spark_jobs.io import LANDING_SNAPSHOT_PROPERTY, NoDataError, Range
 from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
 
-__all__ = ["LakeState", "has_points", "lake_state", "output_written_rows"]
+__all__ = ["LakeState", "lake_state", "output_written_rows", "rows_in"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +98,17 @@ def _time_filter(ranges: Iterable[Range]) -> str:
     )
 
 
-def has_points(lake: Lake, snapshot_id: int, ranges: list[Range]) -> bool:
-    """Whether a data file of ``snapshot_id`` may hold a point in ``ranges`` (file statistics)."""
+def rows_in(lake: Lake, snapshot_id: int, ranges: list[Range]) -> int:
+    """Rows of the data files of ``snapshot_id`` that may hold a point in ``ranges``.
+
+    An upper bound from file statistics (a file overlapping a range counts
+    whole): 0 means there is certainly nothing to roll up.
+    """
     landing = _load(_catalog(lake), lake, LANDING_TABLE)
     if landing is None or not ranges:
-        return False
+        return 0
     scan = landing.scan(row_filter=_time_filter(ranges), snapshot_id=snapshot_id)
-    return any(True for _ in scan.plan_files())
+    return sum(task.file.record_count for task in scan.plan_files())
 
 
 def output_written_rows(lake: Lake, name: str) -> int:
