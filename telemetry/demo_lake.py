@@ -13,7 +13,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-__all__ = ["health_rows", "land_parquet_in_lake", "landed_points", "landing_type"]
+__all__ = [
+    "contract_type",
+    "health_rows",
+    "land_parquet_in_lake",
+    "landed_points",
+    "landing_type",
+]
 
 _CATALOG = "kip714"
 _NAMESPACE = "kip714"
@@ -36,6 +42,19 @@ def _catalog(data_dir: Path) -> Any:
     )
 
 
+def contract_type(kind: Any) -> Any:
+    """The landing table's type for a Parquet landing column of pyarrow type ``kind``."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp("us", tz="UTC")
+    if kind == pa.uint64():
+        return pa.int64()
+    if pa.types.is_list(kind) and kind.value_type == pa.uint64():
+        return pa.list_(pa.int64())
+    return kind
+
+
 def _contract(table: Any) -> Any:
     """The Parquet landing's rows in the Iceberg landing's types, with node_id and ingest_node."""
     import pyarrow as pa  # noqa: PLC0415
@@ -43,13 +62,7 @@ def _contract(table: Any) -> Any:
 
     columns, fields = [], []
     for field, column in zip(table.schema, table.columns, strict=True):
-        kind = field.type
-        if pa.types.is_timestamp(kind):
-            kind = pa.timestamp("us", tz="UTC")
-        elif kind == pa.uint64():
-            kind = pa.int64()
-        elif pa.types.is_list(kind) and kind.value_type == pa.uint64():
-            kind = pa.list_(pa.int64())
+        kind = contract_type(field.type)
         columns.append(column.cast(kind))
         fields.append(pa.field(field.name, kind))
     attributes = table.column("attributes")

@@ -26,6 +26,7 @@ from pyiceberg.transforms import HourTransform
 
 from exporters.otlp_rows import arrow_schema
 from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
+from telemetry.demo_lake import contract_type
 
 NODE_ID_ATTRIBUTES = ("node.id", "node_id", "node-id")
 """How clients spell the broker attribute; the landing decodes the first present into node_id."""
@@ -33,16 +34,7 @@ NODE_ID_ATTRIBUTES = ("node.id", "node_id", "node-id")
 
 def landing_arrow_schema() -> pa.Schema:
     """The landing's columns in Iceberg's types (as pyarrow), in the writer's order."""
-    fields = []
-    for field in arrow_schema():
-        kind = field.type
-        if pa.types.is_timestamp(kind):
-            kind = pa.timestamp("us", tz="UTC")
-        elif kind == pa.uint64():
-            kind = pa.int64()
-        elif pa.types.is_list(kind) and kind.value_type == pa.uint64():
-            kind = pa.list_(pa.int64())
-        fields.append(pa.field(field.name, kind))
+    fields = [pa.field(field.name, contract_type(field.type)) for field in arrow_schema()]
     fields += [pa.field("node_id", pa.string()), pa.field("ingest_node", pa.string())]
     return pa.schema(fields)
 
