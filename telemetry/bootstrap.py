@@ -31,6 +31,7 @@ from telemetry.enforcement import Enforcement
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.forward_payload import ForwardCollector
 from telemetry.http.metrics import HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http_app import create_app
@@ -296,8 +297,13 @@ class Server:
         )
         registry.register(HttpIngestCollector(ingest.stats))
         forward = ForwardHandler(
-            self.log, settings.forward, settings.telemetry.max_decompressed_bytes, http_quotas
+            self.log,
+            settings.forward,
+            settings.telemetry.max_decompressed_bytes,
+            http_quotas,
+            decompressor=self.listener.decompressor,
         )
+        registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
         add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
