@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.io import read_landing
 from spark_jobs.lake import Lake
-from spark_jobs.pipeline import HOUR_S, plan_rollups, prepare_and_persist
+from spark_jobs.pipeline import HOUR_S, ScanStats, plan_rollups, prepare_and_persist, scan_stats
 from spark_jobs.rollups import HEALTH_METRICS
 from spark_jobs.session import spark_session
 from tests.spark_jobs.lake_writer import append_arrow, landing_arrow_schema, landing_table
@@ -226,6 +227,10 @@ Profile = dict[str, tuple[float, int, int, int]]
 """Step → (seconds, input bytes, shuffle write bytes, spilled bytes)."""
 
 
+def _append_stats(into: list[ScanStats], prepared: Any, ranges: list[Any]) -> None:
+    into.append(scan_stats(prepared, ranges))
+
+
 def time_spark(spark: SparkSession, lake: Lake, runs: int) -> Profile:
     """Best of ``runs`` of the job's full set, step by step, as ``spark_jobs.job`` plans it.
 
@@ -249,8 +254,9 @@ def time_spark(spark: SparkSession, lake: Lake, runs: int) -> Profile:
         steps: Profile = {}
         landing = read_landing(spark, lake, ranges, None)
         prepared = prepare_and_persist(landing)
-        step("scan + persist", steps, prepared.count)
-        rollups = plan_rollups(prepared, ranges, [60, HOUR_S])
+        stats: list[ScanStats] = []
+        step("scan + persist", steps, partial(_append_stats, stats, prepared, ranges))
+        rollups = plan_rollups(prepared, ranges, [60, HOUR_S], max_buckets=stats[0].max_buckets)
         try:
             for name, frame in rollups.outputs.items():
                 step(name, steps, frame.write.format("noop").mode("overwrite").save)

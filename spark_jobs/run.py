@@ -14,7 +14,7 @@ from pyspark.sql import functions as sf
 
 from spark_jobs import io, metadata
 from spark_jobs.lake import Lake
-from spark_jobs.pipeline import plan_rollups, prepare_and_persist
+from spark_jobs.pipeline import plan_rollups, prepare_and_persist, scan_stats
 from spark_jobs.rollups import DEFAULT_LOOKBACK, unrolled_points
 
 __all__ = ["JobSummary", "run_rollups"]
@@ -100,8 +100,11 @@ def run_rollups(
     rollups = None
     try:
         in_range = prepared.where(io.within("time", ranges))
-        summary.rows_read = in_range.count()  # also materialises the projection
-        rollups = plan_rollups(prepared, ranges, windows, top=top, top_by=top_by)
+        stats = scan_stats(prepared, ranges)  # also materialises the projection
+        summary.rows_read = stats.rows
+        rollups = plan_rollups(
+            prepared, ranges, windows, top=top, top_by=top_by, max_buckets=stats.max_buckets
+        )
         assert list(rollups.outputs) == list(outputs), "output order is the job's contract"
         for name, rollup in rollups.outputs.items():
             io.write_output(rollup, lake, name, ranges, snapshot_id)
