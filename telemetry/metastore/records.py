@@ -1,4 +1,4 @@
-"""The metadata records and their on-disk frames (format version 1).
+"""The metadata records and the batch body that carries them (body format 1).
 
 Records are KRaft's metadata records, encoded the way KRaft's
 ``MetadataRecordSerde`` encodes them: ``frame_version`` 1, ``api_key`` and
@@ -12,13 +12,13 @@ encodings and an empty tagged-field section::
     ClientQuotaRecord                 key 14  Entity[] {EntityType, EntityName?},
                                               Key, Value float64, Remove bool
 
-A *batch* is the records of one accepted request, appended atomically: one
-frame, one checksum, so a torn write loses the whole request, never half::
+A *batch* is the records of one accepted request, appended atomically as one
+frame (frames.py) with one checksum, so a torn write loses the whole request,
+never half::
 
-    frame := length:u32le  crc:u32le  body[length]
     body  := format:u8 (1)  base_offset:i64be  count:u32be  record × count
 
-``crc`` is CRC32C (Castagnoli) over the body. Record *i* of a batch has
+The body's checksum is CRC32C (Castagnoli). Record *i* of a batch has
 offset ``base_offset + i``; offsets count records from 0 and never repeat.
 """
 
@@ -34,8 +34,8 @@ from telemetry.wire.errors import MalformedFrameError
 from telemetry.wire.primitives import Reader, Writer
 
 FORMAT_VERSION: Final = 1
-HEADER: Final = struct.Struct("<II")
 _BATCH_HEAD: Final = struct.Struct(">BqI")
+MIN_BODY: Final = _BATCH_HEAD.size
 _FLOAT64: Final = struct.Struct(">d")
 MAX_BODY: Final = 64 * 1024 * 1024
 """A format limit, so recovery judges every frame by the same rule."""
@@ -180,8 +180,8 @@ def _read_record(reader: Reader) -> MetadataRecord:
     return record
 
 
-def encode_batch(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
-    """One frame holding ``records`` at offsets ``base_offset`` onwards.
+def encode_body(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
+    """The body of one frame holding ``records`` at offsets ``base_offset`` onwards.
 
     Raises:
         ValueError: a field does not fit the format, or the body exceeds ``MAX_BODY``.
@@ -193,7 +193,7 @@ def encode_batch(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes
     body = writer.getvalue()
     if len(body) > MAX_BODY:
         raise ValueError(f"metadata batch of {len(body)} bytes exceeds {MAX_BODY}")
-    return HEADER.pack(len(body), crc32c.crc32c(body)) + body
+    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,36 +228,3 @@ def decode_body(body: bytes, crc: int) -> Batch:
     except MalformedFrameError as error:
         raise RecordFormatError(str(error)) from error
     return Batch(base_offset, records)
-
-
-def read_frames(data: bytes) -> tuple[list[Batch], int, str | None]:
-    """Decode consecutive frames from the start of ``data``.
-
-    Returns the batches read, the byte position where the valid prefix ends,
-    and why reading stopped there (None if ``data`` ended on a frame boundary).
-    Offsets must run on without gaps from one batch to the next.
-    """
-    batches: list[Batch] = []
-    position = 0
-    while position < len(data):
-        if len(data) - position < HEADER.size:
-            return batches, position, "torn frame header"
-        length, crc = HEADER.unpack_from(data, position)
-        if length > MAX_BODY or length < _BATCH_HEAD.size:
-            return batches, position, f"impossible frame length {length}"
-        end = position + HEADER.size + length
-        if end > len(data):
-            return batches, position, "torn frame body"
-        try:
-            batch = decode_body(data[position + HEADER.size : end], crc)
-        except RecordFormatError as error:
-            return batches, position, str(error)
-        if batches and batch.base_offset != batches[-1].next_offset:
-            return (
-                batches,
-                position,
-                (f"batch at offset {batch.base_offset} does not follow {batches[-1].next_offset}"),
-            )
-        batches.append(batch)
-        position = end
-    return batches, position, None
