@@ -26,7 +26,6 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
-from quotas import ThrottlingQuotaExceededError
 from telemetry.admin.authorizer import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, principal_of
 from telemetry.admin.plane import unsupported_resource_message
 from telemetry.errors import ErrorCode, TelemetryError
@@ -238,16 +237,7 @@ class KafkaAdminHandlers:
 
     def _draw(self, entity: ClientEntity, count: int) -> tuple[int, int]:
         """Strict KIP-599 draws, one per item: how many were admitted, and the throttle."""
-        now_ms = self.clock()
-        quota = self.enforcement.clients.mutations.new_quota_for(
-            entity.user, entity.client_id, True, now_ms
-        )
-        for admitted in range(count):
-            try:
-                quota.record(1.0, now_ms)
-            except ThrottlingQuotaExceededError as refused:
-                return admitted, refused.throttle_time_ms
-        return count, 0
+        return self.enforcement.clients.draw_mutations(entity, count, self.clock())
 
     def _alter_configs(
         self,
