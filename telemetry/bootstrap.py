@@ -300,7 +300,14 @@ class Server:
         )
         app = create_app(registry, self.health, self.readiness, forward)
         add_ingest_routes(app, ingest)
-        add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
+        add_admin_routes(
+            app,
+            self.admin,
+            settings=settings.admin,
+            http_host=settings.http_host,
+            quotas=self.enforcement.clients,
+            clock=wall_clock_ms,
+        )
         self._runner = web.AppRunner(app, **RUNNER_OPTIONS)
         await self._runner.setup()
         site = web.TCPSite(
