@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from aiohttp import web
 
 from quotas import DEFAULT
+from telemetry.admin.authorizer import THROTTLED_MESSAGE
 from telemetry.admin.http_guard import AdminHttpGuard, is_loopback_name
 from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError
@@ -64,7 +65,6 @@ __all__ = ["add_admin_routes"]
 
 ENTITY_TYPES: Final = ("user", "client-id", "ip")
 _STATIC_CLIENT_KEYS: Final = ("push_byte_rate", "request_percentage", "controller_mutation_rate")
-_THROTTLED_MESSAGE: Final = "The caller's controller_mutation_rate is used up; retry later."
 #: The most a request body may hold: a change is a few keys.
 MAX_BODY_BYTES: Final = 64 * 1024
 
@@ -165,7 +165,7 @@ class _AdminRoutes:
             except _BadRequestError as error:
                 return _error(400, str(error))
             except _ThrottledError as throttled:
-                response = _error(429, _THROTTLED_MESSAGE, int(ErrorCode.THROTTLING_QUOTA_EXCEEDED))
+                response = _error(429, THROTTLED_MESSAGE, int(ErrorCode.THROTTLING_QUOTA_EXCEEDED))
                 response.headers["Retry-After"] = str(
                     max(1, math.ceil(throttled.throttle_ms / 1000))
                 )

@@ -26,7 +26,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
-from telemetry.admin.authorizer import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, principal_of
+from telemetry.admin.authorizer import (
+    CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+    THROTTLED_MESSAGE,
+    principal_of,
+)
 from telemetry.admin.plane import unsupported_resource_message
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.kafka_connection import CloseConnectionError
@@ -95,7 +99,6 @@ API_NAMES: Final = {
     AdminApiKey.ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
     AdminApiKey.LIST_CONFIG_RESOURCES: "ListConfigResources",
 }
-_THROTTLED_MESSAGE: Final = "The throttling quota has been exceeded."
 
 
 class _PendingAdmin:
@@ -271,7 +274,7 @@ class KafkaAdminHandlers:
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
                 error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                error_message=_THROTTLED_MESSAGE,
+                error_message=THROTTLED_MESSAGE,
             )
             for r in resources[admitted:]
         )
@@ -331,7 +334,7 @@ class KafkaAdminHandlers:
             AlterClientQuotasResult(
                 entity=entry.entity,
                 error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                error_message=_THROTTLED_MESSAGE,
+                error_message=THROTTLED_MESSAGE,
             )
             for entry in entries[admitted:]
         )
