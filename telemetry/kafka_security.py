@@ -14,7 +14,11 @@ AlterUserScramCredentials change is appended (and fsynced) off the event
 loop before it is acknowledged. Who may describe or alter them: every
 principal when the server has no ``[security]`` section (a Kafka broker
 without an authorizer), else only ``super_users``
-(CLUSTER_AUTHORIZATION_FAILED, 31, for the others).
+(CLUSTER_AUTHORIZATION_FAILED, 31, for the others): the admin plane's
+:class:`~telemetry.admin.authorizer.AdminAuthorizer`. Each user an
+AlterUserScramCredentials changes draws one token from the caller's strict
+``controller_mutation_rate``, as every other admin change does; the users
+past the caller's tokens are refused with THROTTLING_QUOTA_EXCEEDED (89).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Final
 
+from telemetry.admin.authorizer import THROTTLED_MESSAGE, AdminAuthorizer
 from telemetry.errors import ErrorCode
 from telemetry.kafka_connection import CloseConnectionError
 from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
@@ -69,6 +74,7 @@ from telemetry.wire.scram_messages import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from telemetry.enforcement import ClientQuotas
     from telemetry.kafka_connection import ConnectionState, PendingResponse
     from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
     from telemetry.security import ScramCredential
@@ -125,10 +131,17 @@ class KafkaSecurity:
         settings: SecuritySettings,
         store: MetadataStore | None,
         clock: Callable[[], int],
+        *,
+        authorizer: AdminAuthorizer | None = None,
+        quotas: ClientQuotas | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
+        self.authorizer = authorizer or AdminAuthorizer(
+            frozenset(settings.super_users) if settings.configured else None
+        )
+        self.quotas = quotas
         #: Completed authentications, re-authentications and failures, for tests and metrics.
         self.authentications = 0
         self.reauthentications = 0
@@ -309,8 +322,7 @@ class KafkaSecurity:
     # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
 
     def _authorized(self, state: ConnectionState) -> bool:
-        settings = self.settings
-        return not settings.configured or state.principal in settings.super_users
+        return self.authorizer.may_alter(state.principal)
 
     def _scram_admin(
         self, state: ConnectionState, frame: bytes
@@ -343,11 +355,42 @@ class KafkaSecurity:
                 )
             )
             return encode_admin_response(correlation_id, api_key, version, refused), 0
+        request, throttled, throttle = self._draw_mutations(state, request)
         results, records = alter_scram_credentials(self.store.image, request)
+        results += throttled
         if not records:
-            answer = AlterUserScramCredentialsResponse(results=results)
-            return encode_admin_response(correlation_id, api_key, version, answer), 0
-        return _PendingAppend(self.store, records, correlation_id, version, results)
+            answer = AlterUserScramCredentialsResponse(results=results, throttle_time_ms=throttle)
+            return encode_admin_response(correlation_id, api_key, version, answer), throttle
+        return _PendingAppend(self.store, records, correlation_id, version, results, throttle)
+
+    def _draw_mutations(
+        self, state: ConnectionState, request: AlterUserScramCredentialsRequest
+    ) -> tuple[AlterUserScramCredentialsRequest, tuple[AlterUserScramCredentialsResult, ...], int]:
+        """One mutation token per user changed; the request narrowed to the admitted users."""
+        if self.quotas is None:
+            return request, (), 0
+        users = list(
+            dict.fromkeys(
+                [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+            )
+        )
+        admitted, throttle = self.quotas.draw_mutations(state.entity, len(users), self.clock())
+        if admitted == len(users):
+            return request, (), 0
+        keep = frozenset(users[:admitted])
+        narrowed = AlterUserScramCredentialsRequest(
+            deletions=tuple(d for d in request.deletions if d.name in keep),
+            upsertions=tuple(u for u in request.upsertions if u.name in keep),
+        )
+        throttled = tuple(
+            AlterUserScramCredentialsResult(
+                user=user,
+                error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED),
+                error_message=THROTTLED_MESSAGE,
+            )
+            for user in users[admitted:]
+        )
+        return narrowed, throttled, throttle
 
 
 class _PendingAuthentication:
@@ -384,7 +427,7 @@ class _PendingAuthentication:
 class _PendingAppend:
     """An AlterUserScramCredentials answered once its records are durable."""
 
-    __slots__ = ("_appended", "_correlation_id", "_results", "_version")
+    __slots__ = ("_appended", "_correlation_id", "_results", "_throttle", "_version")
 
     def __init__(
         self,
@@ -393,10 +436,12 @@ class _PendingAppend:
         correlation_id: int,
         version: int,
         results: tuple[AlterUserScramCredentialsResult, ...],
+        throttle: int,
     ) -> None:
         self._correlation_id = correlation_id
         self._version = version
         self._results = results
+        self._throttle = throttle
         loop = asyncio.get_running_loop()
         self._appended = loop.run_in_executor(None, store.append, records)
 
@@ -416,11 +461,12 @@ class _PendingAppend:
                     else result
                     for result in results
                 )
-            answer = AlterUserScramCredentialsResponse(results=results)
-            api_key = int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS)
-            callback(
-                (encode_admin_response(self._correlation_id, api_key, self._version, answer), 0)
+            answer = AlterUserScramCredentialsResponse(
+                results=results, throttle_time_ms=self._throttle
             )
+            api_key = int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+            frame = encode_admin_response(self._correlation_id, api_key, self._version, answer)
+            callback((frame, self._throttle))
 
         self._appended.add_done_callback(done)
 
