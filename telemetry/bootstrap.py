@@ -230,7 +230,14 @@ class Server:
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
-        kafka_security = KafkaSecurity(security, self.admin.store, wall_clock_ms)
+        authorizer = AdminAuthorizer(settings.admin.super_users)
+        kafka_security = KafkaSecurity(
+            security,
+            self.admin.store,
+            wall_clock_ms,
+            authorizer=authorizer,
+            quotas=self.enforcement.clients,
+        )
         self.listener = KafkaListener(
             settings.kafka,
             self.manager,
@@ -238,7 +245,7 @@ class Server:
             enforcement=self.enforcement,
             admin=KafkaAdminHandlers(
                 self.admin,
-                AdminAuthorizer(settings.admin.super_users),
+                authorizer,
                 self.enforcement,
                 wall_clock_ms,
             ),
