@@ -339,6 +339,8 @@ _SECURITY_KEYS = {
     "allow_anonymous",
     "connections_max_reauth_ms",
     "super_users",
+    "password_check_threads",
+    "failed_authentication_delay_ms",
 }
 
 
@@ -391,6 +393,14 @@ def _security(
             "security.connections_max_reauth_ms", section.get("connections_max_reauth_ms", 0), 0
         ),
         super_users=tuple(super_users),
+        password_check_threads=_int(
+            "security.password_check_threads", section.get("password_check_threads", 1), 1
+        ),
+        failed_authentication_delay_ms=_int(
+            "security.failed_authentication_delay_ms",
+            section.get("failed_authentication_delay_ms", 100),
+            0,
+        ),
         kafka_tls=kafka_tls,
         http_tls=http_tls,
     )
