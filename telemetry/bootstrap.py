@@ -40,6 +40,7 @@ from telemetry.kafka_listener import KafkaListener, wall_clock_ms
 from telemetry.kafka_security import KafkaSecurity
 from telemetry.manager import TelemetryManager
 from telemetry.metastore import MetadataStore, MetadataStoreError
+from telemetry.security.password_checks import PasswordChecks
 from telemetry.security.tls import server_context
 from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
@@ -186,6 +187,8 @@ class Server:
         self.listener: KafkaListener | None = None
         #: The metadata store applied on top of the file (``telemetry.admin``).
         self.admin: AdminPlane | None = None
+        #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
+        self.password_checks: PasswordChecks | None = None
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -231,12 +234,14 @@ class Server:
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
         authorizer = AdminAuthorizer(settings.admin.super_users)
+        self.password_checks = PasswordChecks(security.password_check_threads)
         kafka_security = KafkaSecurity(
             security,
             self.admin.store,
             wall_clock_ms,
             authorizer=authorizer,
             quotas=self.enforcement.clients,
+            checks=self.password_checks,
         )
         self.listener = KafkaListener(
             settings.kafka,
@@ -353,6 +358,7 @@ class Server:
             steps.append(("kafka listener", self.listener.close))
         if self._runner is not None:
             steps.append(("http listener", self._runner.cleanup))
+        steps.append(("password checks", self._close_password_checks))
         if self.rollup_retention is not None:
             steps.append(("rollup retention", self.rollup_retention.stop))
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
@@ -399,6 +405,11 @@ class Server:
             self.admin.apply()
         except Exception as error:  # a stored value this version refuses
             raise StartupError(f"metadata store {store.directory}: {error}") from error
+
+    async def _close_password_checks(self) -> None:
+        checks, self.password_checks = self.password_checks, None
+        if checks is not None:
+            checks.close()
 
     async def _close_admin_plane(self) -> None:
         admin, self.admin = self.admin, None
