@@ -7,7 +7,8 @@ encodings and an empty tagged-field section::
 
     ConfigRecord                      key 4   ResourceType int8, ResourceName, Name, Value?
     UserScramCredentialRecord         key 11  Name, Mechanism int8, Salt, StoredKey,
-                                              ServerKey, Iterations int32
+                                              ServerKey, Iterations int32,
+                                              tag 10000: Secured bool (kip714's own)
     RemoveUserScramCredentialRecord   key 12  Name, Mechanism int8
     ClientQuotaRecord                 key 14  Entity[] {EntityType, EntityName?},
                                               Key, Value float64, Remove bool
@@ -45,6 +46,8 @@ CONFIG_RECORD: Final = 4
 USER_SCRAM_CREDENTIAL_RECORD: Final = 11
 REMOVE_USER_SCRAM_CREDENTIAL_RECORD: Final = 12
 CLIENT_QUOTA_RECORD: Final = 14
+SECURED_TAG: Final = 10_000
+"""The tag of UserScramCredentialRecord's Secured field: far above Kafka's own tags."""
 
 
 class RecordFormatError(Exception):
@@ -87,6 +90,9 @@ class UserScramCredentialRecord:
     stored_key: bytes = field(repr=False)
     server_key: bytes = field(repr=False)
     iterations: int
+    #: Whether ``[security]`` was set when the credential was made; None: unknown
+    #: (written before kip714 recorded it). A tagged field, which Kafka ignores.
+    secured: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +136,12 @@ def _write_record(writer: Writer, record: MetadataRecord) -> None:
             writer.bytes_(record.stored_key, compact=True)
             writer.bytes_(record.server_key, compact=True)
             writer.int32(record.iterations)
+            if record.secured is not None:
+                writer.uvarint(1)  # one tagged field
+                writer.uvarint(SECURED_TAG)
+                writer.uvarint(1)
+                writer.boolean(record.secured)
+                return
         case RemoveUserScramCredentialRecord():
             writer.uvarint(REMOVE_USER_SCRAM_CREDENTIAL_RECORD)
             writer.uvarint(0)
@@ -162,13 +174,18 @@ def _read_record(reader: Reader) -> MetadataRecord:
         (value,) = reader.unpack(_FLOAT64)
         record = ClientQuotaRecord(entity=entity, key=key, value=value, remove=reader.boolean())
     elif api_key == USER_SCRAM_CREDENTIAL_RECORD:
-        record = UserScramCredentialRecord(
-            name=reader.string(compact=True),
-            mechanism=reader.int8(),
-            salt=reader.bytes_(compact=True),
-            stored_key=reader.bytes_(compact=True),
-            server_key=reader.bytes_(compact=True),
-            iterations=reader.int32(),
+        name, mechanism = reader.string(compact=True), reader.int8()
+        salt, stored_key = reader.bytes_(compact=True), reader.bytes_(compact=True)
+        server_key, iterations = reader.bytes_(compact=True), reader.int32()
+        secured = _read_tags(reader).get(SECURED_TAG)
+        return UserScramCredentialRecord(
+            name=name,
+            mechanism=mechanism,
+            salt=salt,
+            stored_key=stored_key,
+            server_key=server_key,
+            iterations=iterations,
+            secured=None if secured is None else secured != b"\0",
         )
     elif api_key == REMOVE_USER_SCRAM_CREDENTIAL_RECORD:
         record = RemoveUserScramCredentialRecord(
@@ -178,6 +195,15 @@ def _read_record(reader: Reader) -> MetadataRecord:
         raise RecordFormatError(f"unknown metadata record type {api_key}")
     reader.tagged_fields()
     return record
+
+
+def _read_tags(reader: Reader) -> dict[int, bytes]:
+    """A KIP-482 tagged-field section, kept: tag → raw value."""
+    tags = {}
+    for _ in range(reader.uvarint()):
+        tag = reader.uvarint()
+        tags[tag] = reader.raw(reader.uvarint())
+    return tags
 
 
 def encode_body(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
