@@ -384,7 +384,9 @@ class KafkaSecurity:
             )
             return encode_admin_response(correlation_id, api_key, version, refused), 0
         request, throttled, throttle = self._draw_mutations(state, request)
-        results, records = alter_scram_credentials(self.store.image, request)
+        results, records = alter_scram_credentials(
+            self.store.image, request, secured=self.settings.configured
+        )
         results += throttled
         if not records:
             answer = AlterUserScramCredentialsResponse(results=results, throttle_time_ms=throttle)
@@ -628,7 +630,7 @@ def _upsertion_refusal(upsertion: ScramCredentialUpsertion) -> tuple[int, str] |
 
 
 def alter_scram_credentials(
-    image: MetadataImage, request: AlterUserScramCredentialsRequest
+    image: MetadataImage, request: AlterUserScramCredentialsRequest, *, secured: bool = False
 ) -> tuple[tuple[AlterUserScramCredentialsResult, ...], tuple[MetadataRecord, ...]]:
     """Kafka's ``ScramControlManager.alterCredentials``: a result per user, the records to append.
 
@@ -686,6 +688,7 @@ def alter_scram_credentials(
                 stored_key=credential.stored_key,
                 server_key=credential.server_key,
                 iterations=credential.iterations,
+                secured=secured,
             )
         )
     results = tuple(
