@@ -25,6 +25,7 @@ from telemetry.admin import AdminAuthorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
+from telemetry.admin.scram_origins import warn_about_unsecured_scram_users
 from telemetry.config import ExporterSettings, Settings, load_settings
 from telemetry.data_dir_lock import DataDirLock
 from telemetry.enforcement import Enforcement
@@ -405,6 +406,7 @@ class Server:
             self.admin.apply()
         except Exception as error:  # a stored value this version refuses
             raise StartupError(f"metadata store {store.directory}: {error}") from error
+        warn_about_unsecured_scram_users(store.image, settings.security.configured)
 
     async def _close_password_checks(self) -> None:
         checks, self.password_checks = self.password_checks, None
