@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -12,9 +12,10 @@ if TYPE_CHECKING:
 
     from prometheus_client.core import Metric
 
+    from telemetry.http.connections import HttpConnectionStats
     from telemetry.http.ingest import HttpIngestStats
 
-__all__ = ["HttpIngestCollector"]
+__all__ = ["HttpConnectionCollector", "HttpIngestCollector"]
 
 
 class HttpIngestCollector(Collector):
@@ -32,3 +33,33 @@ class HttpIngestCollector(Collector):
         for (route, status), count in sorted(self.stats.responses.items()):
             responses.add_metric([route, str(status)], count)
         yield responses
+
+
+class HttpConnectionCollector(Collector):
+    """``kip714_http_connections`` (open), ``kip714_http_connections_refused_total{reason}``,
+    ``kip714_http_connections_closed_total{reason}`` (timeouts)."""
+
+    def __init__(self, stats: HttpConnectionStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self.stats
+        yield GaugeMetricFamily(
+            "kip714_http_connections", "HTTP connections open now.", value=stats.open
+        )
+        refused = CounterMetricFamily(
+            "kip714_http_connections_refused",
+            "HTTP connections closed unserved by [limits] or [[quotas.ips]], by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
+        closed = CounterMetricFamily(
+            "kip714_http_connections_closed",
+            "HTTP connections closed by the server for a header or body timeout, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.closed.items()):
+            closed.add_metric([reason], count)
+        yield closed
