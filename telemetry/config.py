@@ -80,6 +80,9 @@ class Settings:
     kafka: KafkaListenerConfig = field(default_factory=KafkaListenerConfig)
     http_host: str = "127.0.0.1"
     http_port: int = 8714
+    #: ``[http] header_timeout_ms`` / ``body_timeout_ms`` (telemetry.http.connections).
+    http_header_timeout_ms: int = 10_000
+    http_body_timeout_ms: int = 60_000
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
@@ -199,7 +202,9 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         else default_subscriptions()
     )
     exporters = _exporters_in(document, data_dir)
-    http_section = _section("http", document, {"listen", "tls"})
+    http_section = _section(
+        "http", document, {"listen", "tls", "header_timeout_ms", "body_timeout_ms"}
+    )
     http_host, http_port = parse_host_port(
         "http.listen", http_section.get("listen", DEFAULT_HTTP_LISTEN)
     )
@@ -220,6 +225,12 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         kafka=kafka,
         http_host=http_host,
         http_port=http_port,
+        http_header_timeout_ms=_int(
+            "http.header_timeout_ms", http_section.get("header_timeout_ms", 10_000), 1
+        ),
+        http_body_timeout_ms=_int(
+            "http.body_timeout_ms", http_section.get("body_timeout_ms", 60_000), 1
+        ),
         telemetry=_telemetry(
             _section(
                 "telemetry",
