@@ -15,6 +15,7 @@ import ipaddress
 import logging
 import os
 import ssl
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -29,10 +30,12 @@ from telemetry.admin.scram_origins import warn_about_unsecured_scram_users
 from telemetry.config import ExporterSettings, Settings, load_settings
 from telemetry.data_dir_lock import DataDirLock
 from telemetry.enforcement import Enforcement
+from telemetry.enforcement.descriptors import descriptor_limit, fit_to_descriptors
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
-from telemetry.http.metrics import HttpIngestCollector
+from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
+from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http_app import create_app
 from telemetry.http_forward import ForwardHandler
@@ -179,6 +182,8 @@ class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
     def __init__(self, settings: Settings) -> None:
+        # Connections never take the descriptors the log, landing and metastore need.
+        settings = replace(settings, limits=fit_to_descriptors(settings.limits, descriptor_limit()))
         self.settings = settings
         self.manager = TelemetryManager(
             settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
@@ -188,6 +193,8 @@ class Server:
         self.listener: KafkaListener | None = None
         #: The metadata store applied on top of the file (``telemetry.admin``).
         self.admin: AdminPlane | None = None
+        #: What the HTTP listener's admission and timeouts did (also on /metrics).
+        self.http_connections: HttpConnectionStats | None = None
         #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
         self.password_checks: PasswordChecks | None = None
         self.hosts: list[ExporterHost] = []
@@ -321,12 +328,23 @@ class Server:
             quotas=self.enforcement.clients,
             clock=wall_clock_ms,
         )
-        self._runner = web.AppRunner(app, **RUNNER_OPTIONS)
+        # An idle keep-alive connection closes after connections_max_idle_ms, as on Kafka.
+        idle_s = settings.limits.connections_max_idle_ms / 1000
+        self._runner = web.AppRunner(app, **RUNNER_OPTIONS, keepalive_timeout=idle_s)
         await self._runner.setup()
-        site = web.TCPSite(
+        gate = HttpConnectionGate(
+            self.enforcement.connections,
+            wall_clock_ms,
+            header_timeout_ms=settings.http_header_timeout_ms,
+            body_timeout_ms=settings.http_body_timeout_ms,
+        )
+        registry.register(HttpConnectionCollector(gate.stats))
+        self.http_connections = gate.stats
+        site = GatedTCPSite(
             self._runner,
             settings.http_host,
             settings.http_port,
+            gate=gate,
             ssl_context=tls_context("http", security.http_tls),
         )
         try:
@@ -470,6 +488,7 @@ class Server:
             return
         try:
             fresh = load_settings(self.settings.config_path)
+            fresh = replace(fresh, limits=fit_to_descriptors(fresh.limits, descriptor_limit()))
             if self.admin is not None:  # the file under the dynamic layer
                 self.admin.reload(fresh.subscriptions, fresh.quotas, fresh.limits)
             else:
