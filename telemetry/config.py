@@ -83,6 +83,8 @@ class Settings:
     #: ``[http] header_timeout_ms`` / ``body_timeout_ms`` (telemetry.http.connections).
     http_header_timeout_ms: int = 10_000
     http_body_timeout_ms: int = 60_000
+    #: ``[http] memory_wait_ms``: how long a request waits for request memory before a 503.
+    http_memory_wait_ms: int = 5_000
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
@@ -203,7 +205,9 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     )
     exporters = _exporters_in(document, data_dir)
     http_section = _section(
-        "http", document, {"listen", "tls", "header_timeout_ms", "body_timeout_ms"}
+        "http",
+        document,
+        {"listen", "tls", "header_timeout_ms", "body_timeout_ms", "memory_wait_ms"},
     )
     http_host, http_port = parse_host_port(
         "http.listen", http_section.get("listen", DEFAULT_HTTP_LISTEN)
@@ -230,6 +234,9 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         ),
         http_body_timeout_ms=_int(
             "http.body_timeout_ms", http_section.get("body_timeout_ms", 60_000), 1
+        ),
+        http_memory_wait_ms=_int(
+            "http.memory_wait_ms", http_section.get("memory_wait_ms", 5_000), 0
         ),
         telemetry=_telemetry(
             _section(
