@@ -35,6 +35,7 @@ from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
+from telemetry.http.memory import HttpRequestMemory
 from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http_app import create_app
@@ -313,6 +314,7 @@ class Server:
             log=self.log,
             decompressor=self.listener.decompressor,
             quotas=http_quotas,
+            memory=HttpRequestMemory(self.enforcement.request_memory, settings.http_memory_wait_ms),
         )
         registry.register(HttpIngestCollector(ingest.stats))
         forward = ForwardHandler(
