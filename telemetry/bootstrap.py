@@ -34,6 +34,7 @@ from telemetry.enforcement.descriptors import descriptor_limit, fit_to_descripto
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.authentication import HttpAuthenticator
 from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
 from telemetry.http.memory import HttpRequestMemory
 from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
@@ -158,13 +159,6 @@ def is_loopback(host: str) -> bool:
 def warn_about_exposure(settings: Settings) -> None:
     """Say at start what an unauthenticated peer can reach (docs/security.md)."""
     security = settings.security
-    if not security.allow_anonymous and (
-        security.http_tls is None or security.http_tls.cafile is None
-    ):
-        _log.warning(
-            "allow_anonymous = false applies to the Kafka listener: the HTTP listener "
-            "still takes pushes from any peer that can connect (set http.tls.cafile)"
-        )
     if not security.enabled:
         exposed = [
             f"{name}={host}"
@@ -321,6 +315,16 @@ class Server:
             self.log, settings.forward, settings.telemetry.max_decompressed_bytes, http_quotas
         )
         app = create_app(registry, self.health, self.readiness, forward)
+        store = self.admin.store
+        assert self.password_checks is not None  # made with the Kafka listener's security
+        authenticator = HttpAuthenticator(
+            security,
+            lambda mechanism, user: store.image.scram_credentials.get(
+                (user, mechanism.mechanism_id)
+            ),
+            self.password_checks,
+        )
+        app.middlewares.append(authenticator.middleware)
         add_ingest_routes(app, ingest)
         add_admin_routes(
             app,
