@@ -7,8 +7,8 @@ an admin token), three measurements, each first idle then under attack:
    (``POST /admin/subscriptions/...``, fsynced) while 250 connections send
    wrong PLAIN passwords (goal < 1 s);
 2. **Kafka RTT while OTLP bombs decode**: ApiVersions round trips on one Kafka
-   connection while gzip OTLP/JSON bodies that expand to 14 MiB (under the default 16 MiB bound) are posted
-   (goal: median < 20 ms);
+   connection while gzip OTLP/JSON bodies that expand to 14 MiB (under the
+   default 16 MiB bound) are posted (goal: median < 20 ms);
 3. **refusing a 300,000-resource DescribeConfigs**: from the last byte sent to
    the connection's close, beside a one-resource DescribeConfigs answered
    (goal < 100 ms).
