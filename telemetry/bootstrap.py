@@ -36,6 +36,7 @@ from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.authentication import HttpAuthenticator
 from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
+from telemetry.http.forward_payload import ForwardCollector
 from telemetry.http.memory import HttpRequestMemory
 from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
@@ -312,8 +313,13 @@ class Server:
         )
         registry.register(HttpIngestCollector(ingest.stats))
         forward = ForwardHandler(
-            self.log, settings.forward, settings.telemetry.max_decompressed_bytes, http_quotas
+            self.log,
+            settings.forward,
+            settings.telemetry.max_decompressed_bytes,
+            http_quotas,
+            decompressor=self.listener.decompressor,
         )
+        registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)
         store = self.admin.store
         assert self.password_checks is not None  # made with the Kafka listener's security

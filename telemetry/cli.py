@@ -18,6 +18,7 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+import report
 from telemetry import demo, log_cli
 from telemetry.admin import cli as admin_cli
 from telemetry.bootstrap import Server, StartupError
@@ -104,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
         add_help=False,
     )
+    commands.add_parser(
+        "report",
+        help="write an HTML client-health report from the rollups (kip714 report --help)",
+        add_help=False,
+    )
     return parser
 
 
@@ -112,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Commands with parsers of their own get their arguments untouched.
     delegated = {
         "rollup": rollup,
+        "report": report.main,
         "demo": demo.main,
         "log": log_cli.main,
         "subscriptions": admin_cli.subscriptions_main,

@@ -29,7 +29,7 @@ import zstandard
 
 from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
 
-__all__ = ["ADVERTISED_COMPRESSION_TYPES", "CompressionType", "decompress"]
+__all__ = ["ADVERTISED_COMPRESSION_TYPES", "CompressionType", "compression_by_magic", "decompress"]
 
 
 class CompressionType(enum.IntEnum):
@@ -60,6 +60,32 @@ _CHUNK: Final = 64 * 1024
 # if larger, and never more than zstd's own default limit.
 _MIN_ZSTD_WINDOW: Final = 8 * 1024 * 1024
 _MAX_ZSTD_WINDOW: Final = 128 * 1024 * 1024
+
+
+#: The first bytes of each codec's frame as Kafka clients write it (Kafka's
+#: ``ZstdFactory``/``KafkaLZ4BlockOutputStream``/``GZIPOutputStream``/xerial
+#: ``SnappyOutputStream``, librdkafka's likewise). librdkafka's snappy is a raw
+#: block, which has no magic.
+_MAGICS: Final = (
+    (b"\x28\xb5\x2f\xfd", CompressionType.ZSTD),
+    (b"\x04\x22\x4d\x18", CompressionType.LZ4),
+    (b"\x1f\x8b", CompressionType.GZIP),
+    (_XERIAL_MAGIC, CompressionType.SNAPPY),
+)
+
+
+def compression_by_magic(data: bytes) -> CompressionType | None:
+    """The codec whose frame ``data`` starts with, ``None`` when it starts with none.
+
+    For payloads that arrive without their compression id: a Kafka 3.7
+    broker hands its telemetry plugins the push still compressed (its
+    ``PushTelemetryRequest.decompressMetricsData`` returns the bytes as they
+    came, fixed in 3.8), and the plugin API carries no codec id.
+    """
+    for magic, codec in _MAGICS:
+        if data.startswith(magic):
+            return codec
+    return None
 
 
 def decompress(

@@ -1,9 +1,11 @@
 """``POST /v1/telemetry/forward``: pushes a Kafka broker accepted, forwarded by the broker plugin.
 
 A broker running ``broker-plugin/`` has already applied KIP-714's rules
-(subscriptions, push gating, ``telemetry.max.bytes``) and decompressed the
-payload, so kip714 does not judge these pushes again: it authenticates the
-broker, logs each push durably, then answers one Kafka error code per push.
+(subscriptions, push gating, ``telemetry.max.bytes``), so kip714 does not
+judge these pushes again: it authenticates the broker, makes each payload
+OTLP (``forward_payload``: a 3.7 broker forwards it still compressed; one
+that is not OTLP is refused with INVALID_RECORD), logs each push durably,
+then answers one Kafka error code per push.
 
 Why a binary framing rather than JSON: a batch holds up to megabytes of OTLP
 bytes, and base64 would cost the broker a third more to send and both sides
@@ -23,7 +25,8 @@ All integers are big-endian. The reply is JSON,
 ``{"error_codes": [0, 89, …], "throttle_time_ms": 0}``: 0 logged,
 THROTTLING_QUOTA_EXCEEDED (89) retry later (the log is full),
 TELEMETRY_TOO_LARGE (118) never (bigger than
-``telemetry.max_decompressed_bytes`` or the log's record limit).
+``telemetry.max_decompressed_bytes`` or the log's record limit),
+INVALID_RECORD (87) never (not OTLP, compressed or not).
 
 The broker's context lands as two resource attributes added to every
 resource of the payload, ``kafka.broker.id`` (int) and
@@ -52,18 +55,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from telemetry.client_uuid import Uuid
 from telemetry.enforcement import ClientEntity
-from telemetry.errors import ErrorCode
+from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.http.forward_payload import (
+    BROKER_ID_ATTRIBUTE,
+    BROKER_LISTENER_ATTRIBUTE,
+    ForwardStats,
+    forwarded_otlp,
+)
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 from telemetry.kafka_listener import wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from concurrent.futures import Executor
 
     from telemetry.http.throttle import HttpQuotas
     from telemetry.kafka_listener import PushLog
@@ -86,8 +94,6 @@ _log = logging.getLogger(__name__)
 
 FORWARD_PATH: Final = "/v1/telemetry/forward"
 CONTENT_TYPE: Final = "application/x-kip714-forward"
-BROKER_ID_ATTRIBUTE: Final = "kafka.broker.id"
-BROKER_LISTENER_ATTRIBUTE: Final = "kafka.broker.listener"
 FORMAT_VERSION: Final = 1
 #: The plugin's batches are 4 MiB by default; a single push may be larger.
 DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
@@ -213,33 +219,6 @@ def _decode_push(view: memoryview, position: int) -> tuple[ForwardedPush, int]:
     )
 
 
-def with_broker_attributes(payload: bytes, broker_id: int | None, listener: str | None) -> bytes:
-    """``payload`` with the broker's id and listener set on every resource.
-
-    A payload that is not OTLP is logged unchanged: the landing counts it
-    as undecodable, as it would from a client connected directly.
-    """
-    if broker_id is None and listener is None:
-        return payload
-    data = MetricsData()
-    try:
-        data.ParseFromString(payload)
-    except Exception:  # upb's DecodeError, or whatever else the parser raises
-        return payload
-    ours = {BROKER_ID_ATTRIBUTE, BROKER_LISTENER_ATTRIBUTE}
-    for resource_metrics in data.resource_metrics:
-        attributes = resource_metrics.resource.attributes
-        kept = [kv for kv in attributes if kv.key not in ours]
-        del attributes[:]
-        attributes.extend(kept)
-        if broker_id is not None:
-            attributes.append(KeyValue(key=BROKER_ID_ATTRIBUTE)).value.int_value = broker_id
-        if listener is not None:
-            attributes.append(KeyValue(key=BROKER_LISTENER_ATTRIBUTE)).value.string_value = listener
-    serialized: bytes = data.SerializeToString()
-    return serialized
-
-
 class ForwardHandler:
     """The route's handler: authenticate, read within bounds, log every push, answer per push."""
 
@@ -250,6 +229,9 @@ class ForwardHandler:
         max_payload_bytes: int,
         quotas: HttpQuotas | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        *,
+        decompressor: Executor | None = None,
+        stats: ForwardStats | None = None,
     ) -> None:
         self._log = log
         self._settings = settings
@@ -257,6 +239,9 @@ class ForwardHandler:
         self._token = None if settings.token is None else settings.token.encode("utf-8")
         self._quotas = quotas
         self._clock = clock
+        #: Where payloads are decompressed and checked (``None``: the loop's default executor).
+        self._decompressor = decompressor
+        self.stats = stats if stats is not None else ForwardStats()
 
     async def handle(self, request: web.Request) -> web.Response:
         refusal = self._authenticate(request)
@@ -281,7 +266,13 @@ class ForwardHandler:
             )
         # Handling time: reading and decoding; waiting for the fsync is not work.
         handled_ns = time.perf_counter_ns() - started_ns
-        codes, throttle_ms = await self._log_pushes(forward)
+        try:
+            codes, throttle_ms = await self._log_pushes(forward)
+        except _StoppingError:
+            # Nothing of it was logged: the plugin retries it (503 with Retry-After).
+            return web.json_response(
+                {"error": "kip714 is stopping"}, status=503, headers={"Retry-After": "1"}
+            )
         if quotas is not None:
             quota_ms = quotas.finish_request(
                 broker,
@@ -331,11 +322,14 @@ class ForwardHandler:
         codes: list[int] = []
         pending: list[tuple[int, asyncio.Future[None]]] = []
         throttle_ms = 0
-        for index, push in enumerate(forward.pushes):
-            if len(push.payload) > self._max_payload_bytes:
-                codes.append(int(ErrorCode.TELEMETRY_TOO_LARGE))
+        # Counted into a batch of its own off the loop, merged here on the loop's thread.
+        batch = ForwardStats()
+        payloads = await self._in_decompressor(forward, batch)
+        self.stats.decompressed.update(batch.decompressed)
+        for index, (push, payload) in enumerate(zip(forward.pushes, payloads, strict=True)):
+            if isinstance(payload, ErrorCode):
+                codes.append(int(payload))
                 continue
-            payload = with_broker_attributes(push.payload, forward.broker_id, push.listener)
             try:
                 _, durable = self._log.append_nowait(_context(push), payload)
             except Exception as error:
@@ -355,7 +349,63 @@ class ForwardHandler:
                     code, wait_ms = _refused(result)
                     codes[index] = code
                     throttle_ms = max(throttle_ms, wait_ms)
+        self.stats.answers.update(ErrorCode(code) for code in codes)
         return codes, throttle_ms
+
+    async def _in_decompressor(
+        self, forward: ForwardRequest, stats: ForwardStats
+    ) -> list[bytes | ErrorCode]:
+        """``_otlp_payloads`` on a worker thread.
+
+        Raises:
+            _StoppingError: the server shut its decompression threads down.
+        """
+        if self._decompressor is None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._otlp_payloads, forward, stats)
+        try:
+            work = self._decompressor.submit(self._otlp_payloads, forward, stats)
+        except RuntimeError as error:  # "cannot schedule new futures after shutdown"
+            raise _StoppingError from error
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            if work.cancelled() and not _current_task_cancelling():
+                raise _StoppingError from None  # queued when the pool shut down
+            raise
+
+    def _otlp_payloads(
+        self, forward: ForwardRequest, stats: ForwardStats
+    ) -> list[bytes | ErrorCode]:
+        """Each push's payload to log, or the code refusing it (on a worker thread)."""
+        payloads: list[bytes | ErrorCode] = []
+        for push in forward.pushes:
+            if len(push.payload) > self._max_payload_bytes:
+                payloads.append(ErrorCode.TELEMETRY_TOO_LARGE)
+                continue
+            try:
+                payloads.append(
+                    forwarded_otlp(
+                        push.payload,
+                        self._max_payload_bytes,
+                        forward.broker_id,
+                        push.listener,
+                        stats=stats,
+                        share_gil=True,
+                    )
+                )
+            except TelemetryError as error:
+                payloads.append(error.error_code)
+        return payloads
+
+
+class _StoppingError(Exception):
+    """The server is stopping: a request it cannot finish is answered 503, not dropped."""
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 #: The quota entity's user for forwarded traffic (a broker is not a client principal).

@@ -1,8 +1,10 @@
 """``kip714 log status|skip``: look at an ingest log and move an exporter past damage.
 
 ``status`` reads the log directory without writing anything: the segments,
-the log's start and end, each consumer's committed position and lag, and
-every damaged range a full verification scan finds. ``skip`` moves one
+the log's start and end, each consumer's committed position and lag, every
+damaged range a full verification scan finds, and the records whose payload
+is not OTLP (acknowledged Kafka-protocol pushes the exporters skip as
+undecodable). ``skip`` moves one
 exporter's committed position, durably, the way the server commits it; it
 takes the data directory's lock, so it is refused while a server runs there.
 
@@ -18,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from telemetry.data_dir_lock import DataDirLock, DataDirLockedError, holder
 from telemetry.exporter_host import CONSUMER_PREFIX
@@ -49,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     status = commands.add_parser(
         "status",
-        help="segments, log start/end, exporter positions and lag, damaged ranges (read-only)",
+        help="segments, log start/end, exporter positions and lag, damaged ranges, "
+        "undecodable payloads (read-only)",
         description="Scan every segment and report; writes nothing, works beside a running server.",
     )
     status.add_argument("--data-dir", required=True, metavar="DIR", help="the server's --data-dir")
@@ -81,7 +86,7 @@ def main(argv: Sequence[str]) -> int:
 def status(data_dir: Path, *, as_json: bool) -> int:
     log_dir = _existing_log_dir(data_dir)
     held_by = holder(data_dir)
-    inspection = inspect_log(log_dir)
+    inspection = inspect_log(log_dir, payload_ok=_is_otlp)
     if as_json:
         print(json.dumps(_as_document(inspection, held_by), indent=1))
     else:
@@ -130,6 +135,15 @@ def skip(data_dir: Path, exporter: str, offset: int) -> int:
     )
     print(f"exporter {exporter}: committed position {before} -> {offset} ({change})")
     return 0
+
+
+def _is_otlp(payload: bytes) -> bool:
+    """What the landings can decode: an OTLP ``MetricsData`` encoding."""
+    try:
+        MetricsData.FromString(payload)
+    except Exception:  # upb's DecodeError, or whatever else the parser raises
+        return False
+    return True
 
 
 def _existing_log_dir(data_dir: Path) -> Path:
@@ -193,7 +207,19 @@ def _as_text(inspection: LogInspection, data_dir: Path, held_by: int | None) -> 
             f"--data-dir {data_dir} --exporter {stuck[0] if len(stuck) == 1 else 'NAME'} "
             f"--to {damage.next_readable_offset}"
         )
+    lines.append(_undecodable_text(inspection))
     return lines
+
+
+def _undecodable_text(inspection: LogInspection) -> str:
+    if not inspection.undecodable:
+        return "undecodable payloads: none"
+    named = ", ".join(str(offset) for offset in inspection.undecodable_offsets)
+    more = "" if len(inspection.undecodable_offsets) == inspection.undecodable else ", ..."
+    return (
+        f"undecodable payloads: {inspection.undecodable} (not OTLP; the landings skip them): "
+        f"offsets {named}{more}"
+    )
 
 
 def _as_document(inspection: LogInspection, held_by: int | None) -> dict[str, Any]:
@@ -233,4 +259,8 @@ def _as_document(inspection: LogInspection, held_by: int | None) -> dict[str, An
             }
             for d in inspection.damage
         ],
+        "undecodable": {
+            "count": inspection.undecodable,
+            "offsets": inspection.undecodable_offsets,
+        },
     }

@@ -212,14 +212,23 @@ class ServerCollector(Collector):
             "Time of successful export calls, per exporter.",
             labels=["exporter"],
         )
+        undecodable = CounterMetricFamily(
+            "kip714_landing_undecodable",
+            "Logged pushes whose payload is not OTLP, skipped by a landing, per exporter.",
+            labels=["exporter"],
+        )
         plugin_stats = GaugeMetricFamily(
             "kip714_exporter_stat",
             "An exporter's own counters (its stats object's numeric fields), by name.",
             labels=["exporter", "stat"],
         )
         for host in self.hosts:
-            for stat, value in _numeric_fields(getattr(host.exporter, "stats", None)):
+            exporter_stats = getattr(host.exporter, "stats", None)
+            for stat, value in _numeric_fields(exporter_stats):
                 plugin_stats.add_metric([host.name, stat], value)
+            skipped_undecodable = getattr(exporter_stats, "undecodable_payloads", None)
+            if isinstance(skipped_undecodable, int):  # the landings' FlattenStats
+                undecodable.add_metric([host.name], skipped_undecodable)
             lag.add_metric([host.name], host.lag)
             exported.add_metric([host.name], host.stats.exported_pushes)
             failures.add_metric([host.name], host.stats.failures)
@@ -229,7 +238,7 @@ class ServerCollector(Collector):
                 _buckets(EXPORT_BUCKETS_S, host.stats.export_bucket_counts),
                 host.stats.export_seconds_total,
             )
-        yield from (lag, exported, failures, skipped, latency, plugin_stats)
+        yield from (lag, exported, failures, skipped, latency, undecodable, plugin_stats)
 
     def _retention(self) -> Iterable[Metric]:
         """Retention's deletions, per dataset: ``rollups`` and each pruning exporter's name."""

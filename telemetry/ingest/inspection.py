@@ -20,13 +20,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from telemetry.ingest.positions import read_positions
-from telemetry.ingest.record import FrameError, check_body
+from telemetry.ingest.record import FrameError, check_body, decode_body
 from telemetry.ingest.segment import iter_frames, list_segments
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ["Damage", "LogInspection", "SegmentInfo", "inspect_log"]
+__all__ = ["MAX_NAMED_UNDECODABLE", "Damage", "LogInspection", "SegmentInfo", "inspect_log"]
+
+#: How many undecodable payloads' offsets a segment's inspection keeps (all are counted).
+MAX_NAMED_UNDECODABLE = 100
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +57,9 @@ class SegmentInfo:
     size: int
     valid_records: int  # records before the first bad frame (all of them if undamaged)
     damage: Damage | None
+    #: Records whose payload failed ``inspect_log``'s ``payload_ok`` (0 without one).
+    undecodable: int = 0
+    undecodable_offsets: tuple[int, ...] = ()  # the first MAX_NAMED_UNDECODABLE of them
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +81,14 @@ class LogInspection:
     def damage(self) -> list[Damage]:
         return [s.damage for s in self.segments if s.damage is not None]
 
+    @property
+    def undecodable(self) -> int:
+        return sum(s.undecodable for s in self.segments)
+
+    @property
+    def undecodable_offsets(self) -> list[int]:
+        return [offset for s in self.segments for offset in s.undecodable_offsets]
+
     def damage_covering(self, offset: int) -> Damage | None:
         """The damaged range a reader starting at ``offset`` would stop in, if any."""
         for damage in self.damage:
@@ -83,8 +98,13 @@ class LogInspection:
         return None
 
 
-def inspect_log(directory: Path) -> LogInspection:
+def inspect_log(
+    directory: Path, payload_ok: Callable[[bytes], bool] | None = None
+) -> LogInspection:
     """Scan every segment of the log in ``directory`` (blocking; reads the whole log).
+
+    With ``payload_ok`` every record is also decoded and its payload judged:
+    those it refuses are counted (exporters skip them as undecodable).
 
     Raises:
         FileNotFoundError: ``directory`` does not exist.
@@ -98,7 +118,7 @@ def inspect_log(directory: Path) -> LogInspection:
     for index, (base, path) in enumerate(found):
         following = found[index + 1][0] if index + 1 < len(found) else None
         try:
-            segments.append(_scan(base, path, following))
+            segments.append(_scan(base, path, following, payload_ok))
         except FileNotFoundError:
             continue  # deleted by a running server's retention since the listing
     end = segments[-1].base + segments[-1].valid_records if segments else 0
@@ -112,14 +132,24 @@ def inspect_log(directory: Path) -> LogInspection:
     )
 
 
-def _scan(base: int, path: Path, following: int | None) -> SegmentInfo:
+def _scan(
+    base: int, path: Path, following: int | None, payload_ok: Callable[[bytes], bool] | None
+) -> SegmentInfo:
     fd = os.open(path, os.O_RDONLY)
+    undecodable = 0
+    named: list[int] = []
+    damage = None
     try:
         size = os.fstat(fd).st_size
         count = 0
         try:
             for _position, buf, start, end, crc in iter_frames(fd, 0, size):
-                check_body(buf, start, end, crc, base + count)
+                if payload_ok is None:
+                    check_body(buf, start, end, crc, base + count)
+                elif not payload_ok(decode_body(buf, start, end, crc, base + count).payload):
+                    undecodable += 1
+                    if len(named) < MAX_NAMED_UNDECODABLE:
+                        named.append(base + count)
                 count += 1
         except FrameError as error:
             damage = Damage(
@@ -130,7 +160,14 @@ def _scan(base: int, path: Path, following: int | None) -> SegmentInfo:
                 bytes_after=size - error.position,
                 next_readable_offset=following,
             )
-            return SegmentInfo(base=base, path=path, size=size, valid_records=count, damage=damage)
     finally:
         os.close(fd)
-    return SegmentInfo(base=base, path=path, size=size, valid_records=count, damage=None)
+    return SegmentInfo(
+        base=base,
+        path=path,
+        size=size,
+        valid_records=count,
+        damage=damage,
+        undecodable=undecodable,
+        undecodable_offsets=tuple(named),
+    )

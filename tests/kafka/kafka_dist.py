@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,22 +56,41 @@ def _maven(*args: str) -> None:
         raise AssertionError(f"mvn {' '.join(args)} failed:\n{result.stdout[-5000:]}")
 
 
-def kafka_jars() -> Path:
-    """The directory of Kafka's jars, fetched through Maven on first use."""
-    target = CACHE / f"kafka-{KAFKA_VERSION}"
-    done = target / ".complete"
-    if done.exists():
+#: Jars a Kafka 3.x broker pulls in that bind SLF4J to Log4j 1 (reload4j): with Log4j 2's binding
+#: also on the class path SLF4J 1.7 would pick either, so the binding is removed and the broker logs
+#: through Log4j 2 as 4.x does. ``reload4j`` itself stays: 3.x's ``Log4jController`` calls it.
+LOG4J1_BINDINGS = ("slf4j-reload4j-", "slf4j-log4j12-")
+
+
+def kafka_jars(version: str = KAFKA_VERSION) -> Path:
+    """The directory of Kafka ``version``'s jars, fetched through Maven on first use.
+
+    Written to a unique temporary directory and renamed into place, so two test runs fetching
+    the same version at once both end with a complete directory.
+    """
+    target = CACHE / f"kafka-{version}"
+    if (target / ".complete").exists():
         return target
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    _maven(
-        "-f", str(REPO / "tests" / "kafka" / "pom.xml"),
-        f"-Dkafka.version={KAFKA_VERSION}",
-        "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
-    )  # fmt: skip
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    done.touch()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"kafka-{version}.", suffix=".partial", dir=CACHE))
+    try:
+        _maven(
+            "-f", str(REPO / "tests" / "kafka" / "pom.xml"),
+            f"-Dkafka.version={version}",
+            "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+        )  # fmt: skip
+        for jar in partial.glob("*.jar"):
+            if jar.name.startswith(LOG4J1_BINDINGS):
+                jar.unlink()
+        (partial / ".complete").touch()
+        try:
+            partial.rename(target)
+        except OSError:
+            if not (target / ".complete").exists():  # a stale, incomplete directory: replace it
+                shutil.rmtree(target, ignore_errors=True)
+                partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return target
 
 

@@ -11,45 +11,20 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.dataset as ds
 from confluent_kafka import Consumer, Producer
 
 from tests.kafka.kafka_dist import KafkaBroker, free_port
+from tests.kafka.plugin_support import (
+    KIP714_CONFIG,
+    assert_forwarded_pushes_landed_once,
+    landed_rows,
+    plugin_properties,
+    subscribe,
+)
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-TOKEN = "e2e-broker-token"
-KIP714_CONFIG = f"""
-[forward]
-token = "{TOKEN}"
-[exporters.landing]
-type = "parquet"
-[exporters.landing.options]
-max_file_age_s = 1
-"""
-CLIENT_METRICS = "org.apache.kafka.tools.ClientMetricsCommand"
-REPORTER = "io.kip714.broker.Kip714ExporterReporter"
-
-
-def plugin_properties(kip714: ServeProcess, **extra: str) -> dict[str, str]:
-    host, port = kip714.http
-    return {
-        "metric.reporters": REPORTER,
-        "kip714.url": f"http://{host}:{port}",
-        "kip714.token": TOKEN,
-        "kip714.linger.ms": "20",
-        **{key.replace("_", "."): value for key, value in extra.items()},
-    }
-
-
-def subscribe(broker: KafkaBroker, metrics: str, interval_ms: int) -> None:
-    """``kafka-client-metrics.sh --alter``: one subscription for every client of the broker."""
-    broker.tool(
-        CLIENT_METRICS, "--alter", "--name", "kip714-e2e",
-        "--metrics", metrics, "--interval", str(interval_ms),
-    )  # fmt: skip
 
 
 class Clients:
@@ -100,18 +75,6 @@ class Clients:
         self.producer.flush(5)
 
 
-def landed_rows(data_dir: Path) -> list[dict[str, Any]]:
-    table = ds.dataset(data_dir / "metrics", format="parquet", partitioning="hive").to_table(
-        columns=[
-            "push_offset", "received_time", "metric_name", "client_id",
-            "client_software_name", "client_source_address", "principal",
-            "attributes", "resource_attributes", "terminating",
-        ]
-    )  # fmt: skip
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
-
-
 def test_clients_of_a_real_broker_land_their_telemetry_once_with_the_brokers_context(
     tmp_path: Path, kafka_jars: Path, broker_plugin_jar: Path
 ) -> None:
@@ -136,20 +99,8 @@ def test_clients_of_a_real_broker_land_their_telemetry_once_with_the_brokers_con
         broker.kill()
         assert kip714.stop() == 0
 
-    assert counters["received"] > 0
-    assert counters == {
-        "received": counters["received"],
-        "forwarded": counters["received"],
-        "rejected": 0,
-        "dropped": 0,
-    }
-    rows = landed_rows(tmp_path / "kip714")
-    pushes = {row["push_offset"] for row in rows}
-    assert len(pushes) == counters["forwarded"], "every forwarded push landed, once"
-    keys = [(r["push_offset"], r["metric_name"], tuple(sorted(r["attributes"]))) for r in rows]
-    assert len(keys) == len(set(keys)), "no data point landed twice"
+    rows = assert_forwarded_pushes_landed_once(counters, tmp_path / "kip714")
     for row in rows:
-        assert dict(row["resource_attributes"])["kafka.broker.id"] == "1"
         assert dict(row["resource_attributes"])["kafka.broker.listener"] == "PLAINTEXT"
         assert row["client_id"] in {"e2e-producer", "e2e-consumer"}
         assert row["client_software_name"] == "confluent-kafka-python"

@@ -13,9 +13,19 @@ import lz4.frame
 import pytest
 import zstandard
 
-from telemetry.codecs import ADVERTISED_COMPRESSION_TYPES, CompressionType, decompress
+from telemetry.codecs import (
+    ADVERTISED_COMPRESSION_TYPES,
+    CompressionType,
+    compression_by_magic,
+    decompress,
+)
 from telemetry.errors import ErrorCode, InvalidRecordError, TelemetryTooLargeError
-from tests.telemetry.kafka_wire_client import zstd_declaring
+from tests.telemetry.kafka_wire_client import (
+    otlp_payload,
+    xerial_snappy,
+    zstd_declaring,
+    zstd_stream,
+)
 
 PAYLOAD = os.urandom(700) + b"org.apache.kafka.producer.record.queue.time.avg " * 200
 BOMB_SIZE = 48 * 1024 * 1024  # what each bomb would expand to
@@ -358,3 +368,20 @@ def test_sharing_the_gil_stops_bombs_at_the_bound(name: str) -> None:
     codec, build = BOMBS[name]
     with pytest.raises(TelemetryTooLargeError):
         decompress(codec, build(), BOUND, share_gil=True)
+
+
+def test_a_payload_without_its_codec_id_is_recognised_by_its_frame_magic() -> None:
+    """What a Kafka 3.7 broker forwards: the client's compressed bytes, no codec id."""
+    data = otlp_payload("org.apache.kafka.producer.magic", points=3)
+    framed = {
+        CompressionType.ZSTD: zstd_stream(data),
+        CompressionType.LZ4: lz4.frame.compress(data),
+        CompressionType.GZIP: gzip.compress(data, compresslevel=0),
+        CompressionType.SNAPPY: xerial_snappy(data),
+    }
+    for codec, payload in framed.items():
+        assert compression_by_magic(payload) is codec
+        assert decompress(codec, payload, 1 << 20) == data
+    assert compression_by_magic(data) is None  # OTLP MetricsData starts with field 1 (0x0a)
+    assert compression_by_magic(bytes(cramjam.snappy.compress_raw(data))) is None
+    assert compression_by_magic(b"") is None

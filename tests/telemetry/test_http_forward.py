@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import struct
 import tracemalloc
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import cramjam
+import lz4.frame
 import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
@@ -14,6 +17,7 @@ from telemetry.bootstrap import Server
 from telemetry.client_uuid import Uuid
 from telemetry.config import load_settings
 from telemetry.errors import ErrorCode
+from telemetry.http.forward_payload import forwarded_otlp
 from telemetry.http_forward import (
     BROKER_ID_ATTRIBUTE,
     BROKER_LISTENER_ATTRIBUTE,
@@ -21,11 +25,10 @@ from telemetry.http_forward import (
     FORWARD_PATH,
     ForwardFormatError,
     decode_forward_request,
-    with_broker_attributes,
 )
 from tests.exporters.parquet_support import read_table
 from tests.exporters.support import payload
-from tests.telemetry.kafka_wire_client import otlp_payload
+from tests.telemetry.kafka_wire_client import otlp_payload, xerial_snappy, zstd_stream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -227,7 +230,7 @@ def test_a_lying_count_costs_nothing() -> None:
 
 def test_the_broker_attributes_replace_any_the_client_claims() -> None:
     claimed = payload(resource={BROKER_ID_ATTRIBUTE: "99", "service.name": "orders"})
-    data = MetricsData.FromString(with_broker_attributes(claimed, 5, "INTERNAL"))
+    data = MetricsData.FromString(forwarded_otlp(claimed, 4096, 5, "INTERNAL"))
     attributes = data.resource_metrics[0].resource.attributes
     assert [(kv.key, kv.value.WhichOneof("value")) for kv in attributes] == [
         ("service.name", "string_value"),
@@ -235,7 +238,6 @@ def test_the_broker_attributes_replace_any_the_client_claims() -> None:
         (BROKER_LISTENER_ATTRIBUTE, "string_value"),
     ]
     assert attributes[1].value.int_value == 5
-    assert with_broker_attributes(b"\xff not otlp", 5, None) == b"\xff not otlp"
 
 
 QUOTA_CONFIG = f"""[forward]
@@ -275,3 +277,72 @@ async def test_a_broker_over_its_byte_quota_is_throttled_then_muted(server: Serv
     assert logged == 1  # the muted request logged nothing...
     assert (other_status, other["error_codes"], other["throttle_time_ms"]) == (200, [0], 0)
     assert server.log.log_end == 2  # ...and another broker is not affected
+
+
+async def test_compressed_payloads_are_decompressed_and_non_otlp_ones_refused_per_push(
+    server: Server, tmp_path: Path
+) -> None:
+    """What a Kafka 3.7 broker forwards: each push as its client compressed it."""
+    otlp = {codec: otlp_payload(f"org.apache.kafka.{codec}") for codec in CODECS}
+    pushes = [
+        otlp["none"],
+        zstd_stream(otlp["zstd"]),
+        lz4.frame.compress(otlp["lz4"]),
+        gzip.compress(otlp["gzip"], compresslevel=0),  # librdkafka's level
+        xerial_snappy(otlp["snappy"]),
+        bytes(cramjam.snappy.compress_raw(otlp["raw_snappy"])),  # librdkafka's snappy
+        b"\x8a\xff definitely not protobuf",
+        zstd_stream(b"\x8a\xff compressed, yet not protobuf"),
+        zstd_stream(b"\0" * 100_000),  # within max_request_bytes, over max_decompressed_bytes
+    ]
+    status, answer = await post(server, encode_request(2, [encode_push(p) for p in pushes]))
+    metrics = await scrape(server)
+    await server.stop()
+
+    invalid, too_large = int(ErrorCode.INVALID_RECORD), int(ErrorCode.TELEMETRY_TOO_LARGE)
+    assert status == 200
+    assert answer["error_codes"] == [0, 0, 0, 0, 0, 0, invalid, invalid, too_large]
+    rows = read_table(tmp_path / "data").to_pylist()
+    assert sorted(r["metric_name"] for r in rows) == sorted(
+        f"org.apache.kafka.{codec}" for codec in CODECS
+    )
+    assert all(dict(r["resource_attributes"])[BROKER_ID_ATTRIBUTE] == "2" for r in rows)
+    assert 'kip714_forward_pushes_total{error_code="NONE"} 6.0' in metrics
+    assert 'kip714_forward_pushes_total{error_code="INVALID_RECORD"} 2.0' in metrics
+    assert 'kip714_forward_pushes_total{error_code="TELEMETRY_TOO_LARGE"} 1.0' in metrics
+    for codec, count in (("zstd", 1), ("lz4", 1), ("gzip", 1), ("snappy", 2)):
+        assert f'kip714_forward_decompressed_total{{codec="{codec}"}} {count}.0' in metrics
+
+
+CODECS = ("none", "zstd", "lz4", "gzip", "snappy", "raw_snappy")
+
+
+async def scrape(server: Server) -> str:
+    assert server.http_address is not None
+    host, port = server.http_address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{host}:{port}/metrics") as answer,
+    ):
+        assert answer.status == 200
+        return await answer.text()
+
+
+async def test_a_request_during_shutdown_is_answered_503_to_retry_not_dropped(
+    server: Server,
+) -> None:
+    """Stopping closes the Kafka listener (and its decompression threads) before HTTP."""
+    assert server.listener is not None and server.log is not None and server.http_address
+    server.listener.decompressor.shutdown(wait=True)
+    host, port = server.http_address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://{host}:{port}{FORWARD_PATH}",
+            data=encode_request(1, [encode_push(otlp_payload("m"))]),
+            headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
+        ) as answer,
+    ):
+        assert answer.status == 503
+        assert answer.headers["Retry-After"] == "1"
+    assert server.log.log_end == 0

@@ -5,6 +5,7 @@ import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -73,13 +74,26 @@ final class ForwardCodec {
             out.writeShort(-1);
             return;
         }
-        byte[] bytes = value.getBytes(StandardCharsets.UTF_8);
-        if (bytes.length > Short.MAX_VALUE) {
-            // Kafka bounds these by its own int16 strings; anything longer is cut, not refused.
-            bytes = java.util.Arrays.copyOf(bytes, Short.MAX_VALUE);
-        }
+        // Kafka bounds these by its own int16 strings; anything longer is cut, not refused.
+        byte[] bytes = truncateUtf8(value.getBytes(StandardCharsets.UTF_8), Short.MAX_VALUE);
         out.writeShort(bytes.length);
         out.write(bytes);
+    }
+
+    /**
+     * The longest prefix of {@code utf8} of at most {@code max} bytes that ends between two
+     * characters, so that kip714, which refuses invalid UTF-8, still reads the cut string.
+     */
+    static byte[] truncateUtf8(byte[] utf8, int max) {
+        if (utf8.length <= max) {
+            return utf8;
+        }
+        int end = max;
+        // A UTF-8 continuation byte is 10xxxxxx: cutting before one would split its character.
+        while (end > 0 && (utf8[end] & 0xC0) == 0x80) {
+            end--;
+        }
+        return Arrays.copyOf(utf8, end);
     }
 
     /** The per-push error codes of a 200 reply, or null when the reply does not hold exactly {@code count}. */
