@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import re
@@ -37,12 +36,15 @@ from typing import Final
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests' helpers
+
 from telemetry.security.settings import hash_password
 from telemetry.wire import SIZE_PREFIX, ApiKey, ApiVersionsRequest, encode_request
 from telemetry.wire.admin_apis import AdminApiKey, encode_admin_request
 from telemetry.wire.config_messages import DescribeConfigsRequest, DescribeConfigsResource
 from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import SaslAuthenticateRequest, SaslHandshakeRequest
+from tests.telemetry.test_http_memory import json_bomb
 
 HOST: Final = "127.0.0.1"
 TOKEN: Final = "bench-token"
@@ -167,20 +169,7 @@ async def _rtts(server: Server, stop: asyncio.Event, count: int) -> list[float]:
 
 
 def _bomb(decoded_bytes: int) -> bytes:
-    points = decoded_bytes // 16  # '{"asInt": "1"}, ' per point
-    document = {
-        "resourceMetrics": [
-            {
-                "resource": {
-                    "attributes": [{"key": "service.name", "value": {"stringValue": "bomb"}}]
-                },
-                "scopeMetrics": [
-                    {"metrics": [{"name": "m", "gauge": {"dataPoints": [{"asInt": "1"}] * points}}]}
-                ],
-            }
-        ]
-    }
-    return gzip.compress(json.dumps(document).encode(), 9)
+    return json_bomb(decoded_bytes // 16)  # '{"asInt": "1"}, ' per point
 
 
 async def rtt_under_bombs(server: Server, bombs: int) -> tuple[float, float, int]:

@@ -11,7 +11,6 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import ssl
@@ -23,6 +22,7 @@ from aiohttp import web
 from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
 from telemetry.admin import AdminAuthorizer
+from telemetry.admin.http_guard import is_loopback_name
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
@@ -148,13 +148,7 @@ def describe_security(settings: SecuritySettings) -> str:
     return ",".join(parts)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+is_loopback = is_loopback_name
 
 
 def warn_about_exposure(settings: Settings) -> None:

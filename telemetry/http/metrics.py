@@ -8,7 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from prometheus_client.core import Metric
 
@@ -47,19 +47,20 @@ class HttpConnectionCollector(Collector):
         yield GaugeMetricFamily(
             "kip714_http_connections", "HTTP connections open now.", value=stats.open
         )
-        refused = CounterMetricFamily(
+        yield _by_reason(
             "kip714_http_connections_refused",
             "HTTP connections closed unserved by [limits] or [[quotas.ips]], by reason.",
-            labels=["reason"],
+            stats.refused,
         )
-        for reason, count in sorted(stats.refused.items()):
-            refused.add_metric([reason], count)
-        yield refused
-        closed = CounterMetricFamily(
+        yield _by_reason(
             "kip714_http_connections_closed",
             "HTTP connections closed by the server for a header or body timeout, by reason.",
-            labels=["reason"],
+            stats.closed,
         )
-        for reason, count in sorted(stats.closed.items()):
-            closed.add_metric([reason], count)
-        yield closed
+
+
+def _by_reason(name: str, documentation: str, counts: Mapping[str, int]) -> Metric:
+    family = CounterMetricFamily(name, documentation, labels=["reason"])
+    for reason, count in sorted(counts.items()):
+        family.add_metric([reason], count)
+    return family

@@ -30,7 +30,7 @@ memory_wait_ms = 300
 """
 
 
-def _bomb(points: int) -> bytes:
+def json_bomb(points: int) -> bytes:
     """OTLP/JSON of one gauge with ``points`` tiny points: megabytes from kilobytes of gzip."""
     document = {
         "resourceMetrics": [
@@ -69,18 +69,18 @@ async def test_forty_compressed_json_bombs_stay_under_the_pool_plus_100_mib(
 ) -> None:
     # ~1.9 MiB of JSON each: 40 of them decoded at once (as before this pool) are 76 MiB,
     # and parsing one costs ~55 MiB of Python objects (json_format), which no pool counts.
-    bomb = _bomb(120_000)
+    bomb = json_bomb(120_000)
     assert len(bomb) < 16 * 1024
     server = ServeProcess(tmp_path / "data", CONFIG).start()
     try:
         assert server.process is not None
         pid = server.process.pid
         url = f"http://{server.http[0]}:{server.http[1]}/v1/metrics"
-        assert (await _post(url, _bomb(10)))[0] == 200  # warm: every module and thread loaded
+        assert (await _post(url, json_bomb(10)))[0] == 200  # warm: every module and thread loaded
         baseline_kib = _memory_kib(pid, "VmRSS")
         answers = await asyncio.gather(*(_post(url, bomb) for _ in range(40)))
         peak_kib = _memory_kib(pid, "VmHWM")
-        assert (await _post(url, _bomb(10)))[0] == 200  # served again once the flood is over
+        assert (await _post(url, json_bomb(10)))[0] == 200  # served again once the flood is over
     finally:
         code = server.stop()
     statuses = [status for status, _ in answers]
