@@ -46,7 +46,8 @@ from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
 from telemetry.kafka_security import KafkaSecurity
 from telemetry.manager import TelemetryManager
-from telemetry.metastore import MetadataStore, MetadataStoreError
+from telemetry.metastore import MetadataStoreError
+from telemetry.metastore.opening import open_store, store_location
 from telemetry.security.password_checks import PasswordChecks
 from telemetry.security.tls import server_context
 from telemetry.self_metrics import ServerCollector, make_registry
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from exporters.api import Exporter
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security.settings import SecuritySettings, TlsSettings
     from telemetry.subscriptions import Subscription
 
@@ -306,6 +308,11 @@ class Server:
             memory=HttpRequestMemory(self.enforcement.request_memory, settings.http_memory_wait_ms),
         )
         registry.register(HttpIngestCollector(ingest.stats))
+        store_stats = getattr(self.admin.store, "stats", None)
+        if store_stats is not None:  # the shared Kafka topic: this node's lag behind it
+            from telemetry.metastore.kafka_log_metrics import MetadataLogCollector  # noqa: PLC0415
+
+            registry.register(MetadataLogCollector(store_stats))
         forward = ForwardHandler(
             self.log,
             settings.forward,
@@ -361,7 +368,7 @@ class Server:
         self.http_address = (str(http[0]), int(http[1]))
 
     @property
-    def metastore(self) -> MetadataStore | None:
+    def metastore(self) -> MetadataBackend | None:
         """The metadata store (dynamic changes, SCRAM credentials) while the server runs."""
         return self.admin.store if self.admin is not None else None
 
@@ -377,7 +384,9 @@ class Server:
         self._note_failures()
         cancelled: asyncio.CancelledError | None = None
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("instance expiry", self._stop_sweeper)
+            ("instance expiry", self._stop_sweeper),
+            # A change waiting for the Kafka cluster must not hold up the listeners' drain.
+            ("metadata changes in flight", self._interrupt_metadata_changes),
         ]
         if self.listener is not None:
             steps.append(("kafka listener", self.listener.close))
@@ -412,12 +421,13 @@ class Server:
             raise cancelled
 
     async def _open_admin_plane(self) -> None:
-        """Open ``<data_dir>/meta`` (replayed) and run by static then dynamic from now on."""
+        """Open the metadata store (replayed, or its topic read to its end); run by it from now."""
         settings = self.settings
         try:
-            store = await asyncio.to_thread(MetadataStore.open, settings.data_dir)
+            store = await asyncio.to_thread(open_store, settings.meta, settings.data_dir)
         except (OSError, MetadataStoreError) as error:
-            raise StartupError(f"metadata store {settings.data_dir / 'meta'}: {error}") from error
+            where = store_location(settings.meta, settings.data_dir)
+            raise StartupError(f"metadata store {where}: {error}") from error
         self.admin = AdminPlane(
             store,
             self.manager.subscriptions,
@@ -429,13 +439,18 @@ class Server:
         try:
             self.admin.apply()
         except Exception as error:  # a stored value this version refuses
-            raise StartupError(f"metadata store {store.directory}: {error}") from error
+            raise StartupError(f"metadata store {store.location}: {error}") from error
+        self.admin.follow_store()
         warn_about_unsecured_scram_users(store.image, settings.security.configured)
 
     async def _close_password_checks(self) -> None:
         checks, self.password_checks = self.password_checks, None
         if checks is not None:
             checks.close()
+
+    async def _interrupt_metadata_changes(self) -> None:
+        if self.admin is not None:
+            self.admin.store.interrupt()
 
     async def _close_admin_plane(self) -> None:
         admin, self.admin = self.admin, None

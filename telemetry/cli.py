@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import report
 from telemetry import demo, log_cli
 from telemetry.admin import cli as admin_cli
+from telemetry.admin import meta_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
 from telemetry.data_dir_lock import DataDirLockedError
@@ -101,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "meta",
+        help="copy the local metadata store into a Kafka topic (kip714 meta --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "rollup",
         help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
         add_help=False,
@@ -123,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "log": log_cli.main,
         "subscriptions": admin_cli.subscriptions_main,
         "quotas": admin_cli.quotas_main,
+        "meta": meta_cli.main,
     }
     if arguments and arguments[0] in delegated:
         return delegated[arguments[0]](arguments[1:])

@@ -28,6 +28,7 @@ from telemetry.errors import ConfigError, TelemetryError
 from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
+from telemetry.metastore.settings import MetaSettings, parse_meta
 from telemetry.security.settings import (
     SASL_MECHANISMS,
     SecuritySettings,
@@ -100,6 +101,8 @@ class Settings:
     forward: ForwardSettings = field(default_factory=ForwardSettings)
     #: ``[security]``, ``[kafka.tls]``, ``[http.tls]`` (docs/security.md).
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    #: ``[meta]``: the metadata store, local (``<data_dir>/meta``) or a Kafka topic.
+    meta: MetaSettings = field(default_factory=MetaSettings)
 
     @property
     def super_users(self) -> tuple[str, ...]:
@@ -195,6 +198,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "forward",
             "admin",
             "security",
+            "meta",
         },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -270,6 +274,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             _table("security", document["security"]) if "security" in document else None,
         ),
         security=security,
+        meta=parse_meta(_table("meta", document.get("meta", {}))),
     )
 
 

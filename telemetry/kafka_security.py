@@ -77,7 +77,8 @@ if TYPE_CHECKING:
 
     from telemetry.enforcement import ClientQuotas
     from telemetry.kafka_connection import ConnectionState, PendingResponse
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
+    from telemetry.metastore import MetadataImage, MetadataRecord
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings
 
@@ -130,7 +131,7 @@ class KafkaSecurity:
     def __init__(
         self,
         settings: SecuritySettings,
-        store: MetadataStore | None,
+        store: MetadataBackend | None,
         clock: Callable[[], int],
         *,
         authorizer: AdminAuthorizer | None = None,
@@ -495,7 +496,7 @@ class _PendingAppend:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: MetadataBackend,
         records: tuple[MetadataRecord, ...],
         correlation_id: int,
         version: int,

@@ -14,7 +14,9 @@ so the same validation, error codes and messages, durability and precedence:
   names a default entity) — per entity the file's values, the dynamic ones
   and those in force;
 * ``POST /admin/quotas`` with ``{"entity": {"user": "alice"}, "set": {...},
-  "delete": [...], "validate_only": false}``; ``DELETE /admin/quotas?user=…``.
+  "delete": [...], "validate_only": false}``; ``DELETE /admin/quotas?user=…``;
+* ``GET /admin/metadata`` — the store, its offset and the records of this
+  node's image (``metadata_json.py``).
 
 Authentication and the browser rules (Origin, Host, Content-Type) are
 :mod:`telemetry.admin.http_guard`'s. Every change that is not
@@ -36,6 +38,7 @@ from aiohttp import web
 from quotas import DEFAULT
 from telemetry.admin.authorizer import THROTTLED_MESSAGE
 from telemetry.admin.http_guard import AdminHttpGuard, is_loopback_name
+from telemetry.admin.metadata_json import metadata_json
 from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.http.principal import request_user
@@ -181,6 +184,9 @@ class _AdminRoutes:
         admitted, throttle_ms = self.quotas.draw_mutations(entity, 1, self.clock())
         if not admitted:
             raise _ThrottledError(throttle_ms)
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        return web.json_response(metadata_json(self.plane.store))
 
     # -- subscriptions -----------------------------------------------------------------------
 
@@ -434,3 +440,4 @@ def add_admin_routes(
     app.router.add_get("/admin/quotas", guarded(routes.list_quotas))
     app.router.add_post("/admin/quotas", guarded(routes.alter_quotas))
     app.router.add_delete("/admin/quotas", guarded(routes.delete_quotas))
+    app.router.add_get("/admin/metadata", guarded(routes.metadata))

@@ -27,6 +27,7 @@ from typing import Final
 import crc32c
 
 from telemetry.metastore.records import (
+    HEADER,
     MAX_BODY,
     MIN_BODY,
     Batch,
@@ -34,6 +35,7 @@ from telemetry.metastore.records import (
     RecordFormatError,
     decode_body,
     encode_body,
+    read_frames,
 )
 
 FILE_MAGIC: Final = b"KIP714M\x02"
@@ -42,7 +44,6 @@ four bytes are a length ≤ ``MAX_BODY``, whose top byte is at most 0x04."""
 
 HEAD: Final = struct.Struct("<III")
 _LENGTH_AND_CRC: Final = struct.Struct("<II")
-_V1_HEADER: Final = struct.Struct("<II")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,37 +137,13 @@ def _read_v2(data: bytes) -> FileContent:
 
 def _read_v1(data: bytes) -> FileContent:
     """Format 1, judged as it always was: the length is not checksummed."""
-    batches: list[Batch] = []
-    position = 0
-    reason: str | None = None
-    while position < len(data):
-        if len(data) - position < _V1_HEADER.size:
-            reason = "torn frame header"
-            break
-        length, crc = _V1_HEADER.unpack_from(data, position)
-        if length > MAX_BODY or length < MIN_BODY:
-            reason = f"impossible frame length {length}"
-            break
-        end = position + _V1_HEADER.size + length
-        if end > len(data):
-            reason = "torn frame body"
-            break
-        try:
-            batch = decode_body(data[position + _V1_HEADER.size : end], crc)
-        except RecordFormatError as error:
-            reason = str(error)
-            break
-        if batches and batch.base_offset != batches[-1].next_offset:
-            reason = _gap(batch, batches)
-            break
-        batches.append(batch)
-        position = end
+    batches, position, reason = read_frames(data)
     return FileContent(1, batches, position, reason, torn_tail=_v1_torn_tail(data, position))
 
 
 def _v1_torn_tail(data: bytes, position: int) -> bool:
     tail = data[position:]
-    if len(tail) < _V1_HEADER.size or not tail.strip(b"\0"):
+    if len(tail) < HEADER.size or not tail.strip(b"\0"):
         return True
-    length: int = _V1_HEADER.unpack_from(tail)[0]
-    return _V1_HEADER.size + length >= len(tail)
+    length: int = HEADER.unpack_from(tail)[0]
+    return HEADER.size + length >= len(tail)

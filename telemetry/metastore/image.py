@@ -133,15 +133,23 @@ class MetadataImage:
             for key, value in sorted(values.items())
         )
         records.extend(
-            UserScramCredentialRecord(
-                name=name,
-                mechanism=mechanism,
-                salt=credential.salt,
-                stored_key=credential.stored_key,
-                server_key=credential.server_key,
-                iterations=credential.iterations,
-                secured=self.scram_origins.get((name, mechanism)),
-            )
+            scram_record(name, mechanism, credential, self.scram_origins.get((name, mechanism)))
             for (name, mechanism), credential in sorted(self.scram_credentials.items())
         )
         return tuple(records)
+
+
+def scram_record(
+    name: str, mechanism: int, credential: ScramCredential, secured: bool | None = None
+) -> UserScramCredentialRecord:
+    """The record that stores ``credential`` (a snapshot's, or a topic message's);
+    ``secured``: whether ``[security]`` was set when it was made (None: unknown)."""
+    return UserScramCredentialRecord(
+        name=name,
+        mechanism=mechanism,
+        salt=credential.salt,
+        stored_key=credential.stored_key,
+        server_key=credential.server_key,
+        iterations=credential.iterations,
+        secured=secured,
+    )

@@ -35,6 +35,9 @@ from telemetry.wire.errors import MalformedFrameError
 from telemetry.wire.primitives import Reader, Writer
 
 FORMAT_VERSION: Final = 1
+HEADER: Final = struct.Struct("<II")
+"""A format-1 frame's ``length:u32le crc:u32le``: Kafka topic values, and stores written
+before format 2 (frames.py)."""
 _BATCH_HEAD: Final = struct.Struct(">BqI")
 MIN_BODY: Final = _BATCH_HEAD.size
 _FLOAT64: Final = struct.Struct(">d")
@@ -254,3 +257,46 @@ def decode_body(body: bytes, crc: int) -> Batch:
     except MalformedFrameError as error:
         raise RecordFormatError(str(error)) from error
     return Batch(base_offset, records)
+
+
+def encode_batch(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
+    """One format-1 frame (``length:u32le crc:u32le body``): a metadata topic message's value.
+
+    Raises:
+        ValueError: a field does not fit the format, or the body exceeds ``MAX_BODY``.
+    """
+    body = encode_body(base_offset, records)
+    return HEADER.pack(len(body), crc32c.crc32c(body)) + body
+
+
+def read_frames(data: bytes) -> tuple[list[Batch], int, str | None]:
+    """Decode consecutive format-1 frames from the start of ``data``.
+
+    Returns the batches read, the byte position where the valid prefix ends,
+    and why reading stopped there (None if ``data`` ended on a frame boundary).
+    Offsets must run on without gaps from one batch to the next.
+    """
+    batches: list[Batch] = []
+    position = 0
+    while position < len(data):
+        if len(data) - position < HEADER.size:
+            return batches, position, "torn frame header"
+        length, crc = HEADER.unpack_from(data, position)
+        if length > MAX_BODY or length < MIN_BODY:
+            return batches, position, f"impossible frame length {length}"
+        end = position + HEADER.size + length
+        if end > len(data):
+            return batches, position, "torn frame body"
+        try:
+            batch = decode_body(data[position + HEADER.size : end], crc)
+        except RecordFormatError as error:
+            return batches, position, str(error)
+        if batches and batch.base_offset != batches[-1].next_offset:
+            return (
+                batches,
+                position,
+                f"batch at offset {batch.base_offset} does not follow {batches[-1].next_offset}",
+            )
+        batches.append(batch)
+        position = end
+    return batches, position, None

@@ -46,7 +46,7 @@ from telemetry.metastore.frames import FILE_MAGIC, encode_frame, read_file
 from telemetry.metastore.image import MetadataImage
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from telemetry.metastore.records import MetadataRecord
@@ -176,6 +176,16 @@ class MetadataStore:
     @property
     def directory(self) -> Path:
         return self._directory
+
+    @property
+    def location(self) -> str:
+        return str(self._directory)
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Nothing but :meth:`append` changes a local store: ``callback`` is never called."""
+
+    def interrupt(self) -> None:
+        """An append waits only for its own fsync: it is left to finish."""
 
     def append(self, records: Sequence[MetadataRecord]) -> MetadataImage:
         """Append one request's records atomically and durably; return the new image.

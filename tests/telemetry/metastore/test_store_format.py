@@ -12,12 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import crc32c
 import pytest
 
 from telemetry.metastore import ConfigRecord, MetadataCorruptionError, MetadataStore
 from telemetry.metastore.frames import FILE_MAGIC, HEAD
-from telemetry.metastore.records import encode_body
+from telemetry.metastore.records import encode_batch
 
 
 def _config(name: str) -> ConfigRecord:
@@ -98,20 +97,14 @@ def test_the_server_stops_at_start_with_exit_2_and_one_line(tmp_path: Path) -> N
     assert segment.read_bytes() == bytes(data)
 
 
-def _v1_frame(base_offset: int, records: tuple[ConfigRecord, ...]) -> bytes:
-    """A frame as format 1 wrote it: ``length:u32le crc:u32le body``."""
-    body = encode_body(base_offset, records)
-    return len(body).to_bytes(4, "little") + crc32c.crc32c(body).to_bytes(4, "little") + body
-
-
 def test_a_format_1_store_is_read_and_rewritten(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     meta = tmp_path / "meta"
     meta.mkdir()
-    snapshot = _v1_frame(2, (_config("a"), _config("b")))
+    snapshot = encode_batch(2, (_config("a"), _config("b")))
     (meta / "00000000000000000002.checkpoint").write_bytes(snapshot)
-    old_segment = _v1_frame(2, (_config("c"),)) + _v1_frame(3, (_config("d"),))
+    old_segment = encode_batch(2, (_config("c"),)) + encode_batch(3, (_config("d"),))
     (meta / "00000000000000000002.log").write_bytes(old_segment)
     with caplog.at_level(logging.WARNING, "telemetry.metastore.store"):
         store = MetadataStore.open(tmp_path, snapshot_interval_records=2)
@@ -141,8 +134,8 @@ def test_a_format_1_store_is_read_and_rewritten(
 def test_a_format_1_torn_tail_is_still_cut_before_the_rewrite(tmp_path: Path) -> None:
     meta = tmp_path / "meta"
     meta.mkdir()
-    intact = _v1_frame(0, (_config("a"),))
-    (meta / "00000000000000000000.log").write_bytes(intact + _v1_frame(1, (_config("b"),))[:-3])
+    intact = encode_batch(0, (_config("a"),))
+    (meta / "00000000000000000000.log").write_bytes(intact + encode_batch(1, (_config("b"),))[:-3])
     with MetadataStore.open(tmp_path) as store:
         assert set(store.image.client_metrics) == {"a"}
         assert store.next_offset == 1
