@@ -101,6 +101,27 @@ API_NAMES: Final = {
 }
 
 
+DESCRIBE_CHUNK: Final = 100
+"""DescribeConfigs resources described between two yields to the event loop."""
+
+
+def _describe_failed(
+    request: DescribeConfigsRequest, error: BaseException, throttle: int
+) -> DescribeConfigsResponse:
+    return DescribeConfigsResponse(
+        results=tuple(
+            DescribeConfigsResult(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                error_message=str(error),
+            )
+            for r in request.resources
+        ),
+        throttle_time_ms=throttle,
+    )
+
+
 class _PendingAdmin:
     """A change being made durable; answered from its task's callback, in order."""
 
@@ -162,6 +183,12 @@ class KafkaAdminHandlers:
         match request:
             case DescribeConfigsRequest():
                 throttle = finish(0)
+                if len(request.resources) > DESCRIBE_CHUNK:
+                    return self._pending(
+                        self._describe_yielding(request, reply, throttle),
+                        lambda error: reply(_describe_failed(request, error, throttle)),
+                        throttle,
+                    )
                 results = tuple(
                     self._describe(
                         r.resource_type,
@@ -187,6 +214,27 @@ class KafkaAdminHandlers:
         raise CloseConnectionError(f"no handler for {type(request).__name__}")
 
     # -- reads -------------------------------------------------------------------------------
+
+    async def _describe_yielding(
+        self,
+        request: DescribeConfigsRequest,
+        reply: Callable[[AdminResponse], bytes],
+        throttle: int,
+    ) -> bytes:
+        """A long DescribeConfigs answer built :data:`DESCRIBE_CHUNK` resources at a time,
+        the event loop serving other connections between chunks."""
+        results: list[DescribeConfigsResult] = []
+        resources = request.resources
+        for start in range(0, len(resources), DESCRIBE_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            results.extend(
+                self._describe(
+                    r.resource_type, r.resource_name, r.configuration_keys, request.include_synonyms
+                )
+                for r in resources[start : start + DESCRIBE_CHUNK]
+            )
+        return reply(DescribeConfigsResponse(results=tuple(results), throttle_time_ms=throttle))
 
     def _describe(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -160,3 +161,27 @@ async def test_every_admin_request_is_bounded(
     assert closed
     assert malformed == 1
     assert stored == 0
+
+
+async def test_a_long_describe_configs_answer_yields_to_other_connections(tmp_path: Path) -> None:
+    async with running(tmp_path, "") as server:
+        assert server.listener is not None
+        long_answer = await _send(
+            server, AdminApiKey.DESCRIBE_CONFIGS, 4, _describe(MAX_ADMIN_ITEMS)
+        )
+        other = await WireClient.connect(*server.listener.bound_address, "t")
+        order: list[str] = []
+
+        async def answered(name: str, client: WireClient) -> None:
+            await client.read_frame()
+            order.append(name)
+
+        try:
+            reading = asyncio.ensure_future(answered("long", long_answer))
+            await other.api_versions()  # sent while the long answer is being built
+            order.append("other")
+            await reading
+        finally:
+            await long_answer.close()
+            await other.close()
+    assert order == ["other", "long"]
