@@ -19,7 +19,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 import report
-from telemetry import demo, log_cli
+from telemetry import demo, lake_cli, log_cli
 from telemetry.admin import cli as admin_cli
 from telemetry.admin import meta_cli
 from telemetry.bootstrap import Server, StartupError
@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "lake",
+        help="the Iceberg landing: tables, snapshots, query, compact, expire, import-parquet "
+        "(kip714 lake --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "subscriptions",
         help="describe or change client-metrics subscriptions (kip714 subscriptions --help)",
         add_help=False,
@@ -127,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": report.main,
         "demo": demo.main,
         "log": log_cli.main,
+        "lake": lake_cli.main,
         "subscriptions": admin_cli.subscriptions_main,
         "quotas": admin_cli.quotas_main,
         "meta": meta_cli.main,
