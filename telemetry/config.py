@@ -83,6 +83,11 @@ class Settings:
     kafka: KafkaListenerConfig = field(default_factory=KafkaListenerConfig)
     http_host: str = "127.0.0.1"
     http_port: int = 8714
+    #: ``[http] header_timeout_ms`` / ``body_timeout_ms`` (telemetry.http.connections).
+    http_header_timeout_ms: int = 10_000
+    http_body_timeout_ms: int = 60_000
+    #: ``[http] memory_wait_ms``: how long a request waits for request memory before a 503.
+    http_memory_wait_ms: int = 5_000
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
@@ -207,7 +212,11 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         else default_subscriptions()
     )
     exporters = _exporters_in(document, data_dir)
-    http_section = _section("http", document, {"listen", "tls"})
+    http_section = _section(
+        "http",
+        document,
+        {"listen", "tls", "header_timeout_ms", "body_timeout_ms", "memory_wait_ms"},
+    )
     http_host, http_port = parse_host_port(
         "http.listen", http_section.get("listen", DEFAULT_HTTP_LISTEN)
     )
@@ -228,6 +237,15 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         kafka=kafka,
         http_host=http_host,
         http_port=http_port,
+        http_header_timeout_ms=_int(
+            "http.header_timeout_ms", http_section.get("header_timeout_ms", 10_000), 1
+        ),
+        http_body_timeout_ms=_int(
+            "http.body_timeout_ms", http_section.get("body_timeout_ms", 60_000), 1
+        ),
+        http_memory_wait_ms=_int(
+            "http.memory_wait_ms", http_section.get("memory_wait_ms", 5_000), 0
+        ),
         telemetry=_telemetry(
             _section(
                 "telemetry",
@@ -355,6 +373,8 @@ _SECURITY_KEYS = {
     "allow_anonymous",
     "connections_max_reauth_ms",
     "super_users",
+    "password_check_threads",
+    "failed_authentication_delay_ms",
 }
 
 
@@ -407,6 +427,14 @@ def _security(
             "security.connections_max_reauth_ms", section.get("connections_max_reauth_ms", 0), 0
         ),
         super_users=tuple(super_users),
+        password_check_threads=_int(
+            "security.password_check_threads", section.get("password_check_threads", 1), 1
+        ),
+        failed_authentication_delay_ms=_int(
+            "security.failed_authentication_delay_ms",
+            section.get("failed_authentication_delay_ms", 100),
+            0,
+        ),
         kafka_tls=kafka_tls,
         http_tls=http_tls,
     )
