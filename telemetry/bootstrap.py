@@ -11,10 +11,10 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import ssl
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -22,17 +22,23 @@ from aiohttp import web
 from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
 from telemetry.admin import AdminAuthorizer
+from telemetry.admin.http_guard import is_loopback_name
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
+from telemetry.admin.scram_origins import warn_about_unsecured_scram_users
 from telemetry.config import ExporterSettings, Settings, load_settings
 from telemetry.data_dir_lock import DataDirLock
 from telemetry.enforcement import Enforcement
+from telemetry.enforcement.descriptors import descriptor_limit, fit_to_descriptors
 from telemetry.errors import ConfigError
 from telemetry.exporter_host import ExporterHost
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.authentication import HttpAuthenticator
+from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
 from telemetry.http.forward_payload import ForwardCollector
-from telemetry.http.metrics import HttpIngestCollector
+from telemetry.http.memory import HttpRequestMemory
+from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http_app import create_app
 from telemetry.http_forward import ForwardHandler
@@ -40,7 +46,9 @@ from telemetry.ingest import IngestLog
 from telemetry.kafka_listener import KafkaListener, wall_clock_ms
 from telemetry.kafka_security import KafkaSecurity
 from telemetry.manager import TelemetryManager
-from telemetry.metastore import MetadataStore, MetadataStoreError
+from telemetry.metastore import MetadataStoreError
+from telemetry.metastore.opening import open_store, store_location
+from telemetry.security.password_checks import PasswordChecks
 from telemetry.security.tls import server_context
 from telemetry.self_metrics import ServerCollector, make_registry
 from telemetry.subscriptions import SubscriptionRegistry
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from exporters.api import Exporter
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security.settings import SecuritySettings, TlsSettings
     from telemetry.subscriptions import Subscription
 
@@ -141,25 +150,12 @@ def describe_security(settings: SecuritySettings) -> str:
     return ",".join(parts)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+is_loopback = is_loopback_name
 
 
 def warn_about_exposure(settings: Settings) -> None:
     """Say at start what an unauthenticated peer can reach (docs/security.md)."""
     security = settings.security
-    if not security.allow_anonymous and (
-        security.http_tls is None or security.http_tls.cafile is None
-    ):
-        _log.warning(
-            "allow_anonymous = false applies to the Kafka listener: the HTTP listener "
-            "still takes pushes from any peer that can connect (set http.tls.cafile)"
-        )
     if not security.enabled:
         exposed = [
             f"{name}={host}"
@@ -178,6 +174,8 @@ class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
     def __init__(self, settings: Settings) -> None:
+        # Connections never take the descriptors the log, landing and metastore need.
+        settings = replace(settings, limits=fit_to_descriptors(settings.limits, descriptor_limit()))
         self.settings = settings
         self.manager = TelemetryManager(
             settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
@@ -187,6 +185,10 @@ class Server:
         self.listener: KafkaListener | None = None
         #: The metadata store applied on top of the file (``telemetry.admin``).
         self.admin: AdminPlane | None = None
+        #: What the HTTP listener's admission and timeouts did (also on /metrics).
+        self.http_connections: HttpConnectionStats | None = None
+        #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
+        self.password_checks: PasswordChecks | None = None
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -231,7 +233,16 @@ class Server:
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
-        kafka_security = KafkaSecurity(security, self.admin.store, wall_clock_ms)
+        authorizer = AdminAuthorizer(settings.admin.super_users)
+        self.password_checks = PasswordChecks(security.password_check_threads)
+        kafka_security = KafkaSecurity(
+            security,
+            self.admin.store,
+            wall_clock_ms,
+            authorizer=authorizer,
+            quotas=self.enforcement.clients,
+            checks=self.password_checks,
+        )
         self.listener = KafkaListener(
             settings.kafka,
             self.manager,
@@ -239,7 +250,7 @@ class Server:
             enforcement=self.enforcement,
             admin=KafkaAdminHandlers(
                 self.admin,
-                AdminAuthorizer(settings.admin.super_users),
+                authorizer,
                 self.enforcement,
                 wall_clock_ms,
             ),
@@ -294,8 +305,14 @@ class Server:
             log=self.log,
             decompressor=self.listener.decompressor,
             quotas=http_quotas,
+            memory=HttpRequestMemory(self.enforcement.request_memory, settings.http_memory_wait_ms),
         )
         registry.register(HttpIngestCollector(ingest.stats))
+        store_stats = getattr(self.admin.store, "stats", None)
+        if store_stats is not None:  # the shared Kafka topic: this node's lag behind it
+            from telemetry.metastore.kafka_log_metrics import MetadataLogCollector  # noqa: PLC0415
+
+            registry.register(MetadataLogCollector(store_stats))
         forward = ForwardHandler(
             self.log,
             settings.forward,
@@ -305,14 +322,42 @@ class Server:
         )
         registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)
+        store = self.admin.store
+        assert self.password_checks is not None  # made with the Kafka listener's security
+        authenticator = HttpAuthenticator(
+            security,
+            lambda mechanism, user: store.image.scram_credentials.get(
+                (user, mechanism.mechanism_id)
+            ),
+            self.password_checks,
+        )
+        app.middlewares.append(authenticator.middleware)
         add_ingest_routes(app, ingest)
-        add_admin_routes(app, self.admin, token=settings.admin.token, http_host=settings.http_host)
-        self._runner = web.AppRunner(app, **RUNNER_OPTIONS)
+        add_admin_routes(
+            app,
+            self.admin,
+            settings=settings.admin,
+            http_host=settings.http_host,
+            quotas=self.enforcement.clients,
+            clock=wall_clock_ms,
+        )
+        # An idle keep-alive connection closes after connections_max_idle_ms, as on Kafka.
+        idle_s = settings.limits.connections_max_idle_ms / 1000
+        self._runner = web.AppRunner(app, **RUNNER_OPTIONS, keepalive_timeout=idle_s)
         await self._runner.setup()
-        site = web.TCPSite(
+        gate = HttpConnectionGate(
+            self.enforcement.connections,
+            wall_clock_ms,
+            header_timeout_ms=settings.http_header_timeout_ms,
+            body_timeout_ms=settings.http_body_timeout_ms,
+        )
+        registry.register(HttpConnectionCollector(gate.stats))
+        self.http_connections = gate.stats
+        site = GatedTCPSite(
             self._runner,
             settings.http_host,
             settings.http_port,
+            gate=gate,
             ssl_context=tls_context("http", security.http_tls),
         )
         try:
@@ -323,7 +368,7 @@ class Server:
         self.http_address = (str(http[0]), int(http[1]))
 
     @property
-    def metastore(self) -> MetadataStore | None:
+    def metastore(self) -> MetadataBackend | None:
         """The metadata store (dynamic changes, SCRAM credentials) while the server runs."""
         return self.admin.store if self.admin is not None else None
 
@@ -339,12 +384,15 @@ class Server:
         self._note_failures()
         cancelled: asyncio.CancelledError | None = None
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("instance expiry", self._stop_sweeper)
+            ("instance expiry", self._stop_sweeper),
+            # A change waiting for the Kafka cluster must not hold up the listeners' drain.
+            ("metadata changes in flight", self._interrupt_metadata_changes),
         ]
         if self.listener is not None:
             steps.append(("kafka listener", self.listener.close))
         if self._runner is not None:
             steps.append(("http listener", self._runner.cleanup))
+        steps.append(("password checks", self._close_password_checks))
         if self.rollup_retention is not None:
             steps.append(("rollup retention", self.rollup_retention.stop))
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
@@ -373,12 +421,13 @@ class Server:
             raise cancelled
 
     async def _open_admin_plane(self) -> None:
-        """Open ``<data_dir>/meta`` (replayed) and run by static then dynamic from now on."""
+        """Open the metadata store (replayed, or its topic read to its end); run by it from now."""
         settings = self.settings
         try:
-            store = await asyncio.to_thread(MetadataStore.open, settings.data_dir)
+            store = await asyncio.to_thread(open_store, settings.meta, settings.data_dir)
         except (OSError, MetadataStoreError) as error:
-            raise StartupError(f"metadata store {settings.data_dir / 'meta'}: {error}") from error
+            where = store_location(settings.meta, settings.data_dir)
+            raise StartupError(f"metadata store {where}: {error}") from error
         self.admin = AdminPlane(
             store,
             self.manager.subscriptions,
@@ -390,7 +439,18 @@ class Server:
         try:
             self.admin.apply()
         except Exception as error:  # a stored value this version refuses
-            raise StartupError(f"metadata store {store.directory}: {error}") from error
+            raise StartupError(f"metadata store {store.location}: {error}") from error
+        self.admin.follow_store()
+        warn_about_unsecured_scram_users(store.image, settings.security.configured)
+
+    async def _close_password_checks(self) -> None:
+        checks, self.password_checks = self.password_checks, None
+        if checks is not None:
+            checks.close()
+
+    async def _interrupt_metadata_changes(self) -> None:
+        if self.admin is not None:
+            self.admin.store.interrupt()
 
     async def _close_admin_plane(self) -> None:
         admin, self.admin = self.admin, None
@@ -449,6 +509,7 @@ class Server:
             return
         try:
             fresh = load_settings(self.settings.config_path)
+            fresh = replace(fresh, limits=fit_to_descriptors(fresh.limits, descriptor_limit()))
             if self.admin is not None:  # the file under the dynamic layer
                 self.admin.reload(fresh.subscriptions, fresh.quotas, fresh.limits)
             else:

@@ -19,8 +19,9 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 import report
-from telemetry import demo, log_cli
+from telemetry import demo, lake_cli, log_cli
 from telemetry.admin import cli as admin_cli
+from telemetry.admin import meta_cli
 from telemetry.bootstrap import Server, StartupError
 from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_settings
 from telemetry.data_dir_lock import DataDirLockedError
@@ -92,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "lake",
+        help="the Iceberg landing: tables, snapshots, query, compact, expire, import-parquet "
+        "(kip714 lake --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "subscriptions",
         help="describe or change client-metrics subscriptions (kip714 subscriptions --help)",
         add_help=False,
@@ -99,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "quotas",
         help="describe or change client quotas (kip714 quotas --help)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "meta",
+        help="copy the local metadata store into a Kafka topic (kip714 meta --help)",
         add_help=False,
     )
     commands.add_parser(
@@ -122,8 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": report.main,
         "demo": demo.main,
         "log": log_cli.main,
+        "lake": lake_cli.main,
         "subscriptions": admin_cli.subscriptions_main,
         "quotas": admin_cli.quotas_main,
+        "meta": meta_cli.main,
     }
     if arguments and arguments[0] in delegated:
         return delegated[arguments[0]](arguments[1:])

@@ -28,6 +28,8 @@ from telemetry.errors import ConfigError, TelemetryError
 from telemetry.http_forward import DEFAULT_MAX_REQUEST_BYTES, ForwardSettings
 from telemetry.ingest import LogConfig
 from telemetry.kafka_listener import DEFAULT_MAX_FRAME_BYTES, KafkaListenerConfig
+from telemetry.lake_settings import LAKE_EXPORTER_TYPE, lake_options
+from telemetry.metastore.settings import MetaSettings, parse_meta
 from telemetry.security.settings import (
     SASL_MECHANISMS,
     SecuritySettings,
@@ -44,13 +46,14 @@ DEFAULT_DATA_DIR = "./kip714-data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
-#: The built-in exporter a config without ``[exporters]`` gets: the Parquet
-#: landing under ``<data_dir>/metrics/``.
-DEFAULT_EXPORTER_TYPE = "parquet"
+#: The built-in exporter a config without ``[exporters]`` gets: the Iceberg
+#: landing, its lake under ``<data_dir>/lake/`` unless ``[lake]`` says otherwise.
+DEFAULT_EXPORTER_TYPE = LAKE_EXPORTER_TYPE
 #: Where a built-in exporter whose options give no ``path`` writes, under the
 #: data directory: ``--data-dir`` moves everything not given an explicit path.
 _DEFAULT_PATHS: dict[str, Callable[[Path, str], Path]] = {
     "parquet": lambda data_dir, _name: data_dir,  # rows under <data_dir>/metrics/
+    "iceberg": lambda data_dir, _name: data_dir,  # the lake under <data_dir>/lake/, node_id file
     "jsonl": lambda data_dir, name: data_dir / "jsonl" / f"{name}.jsonl",
 }
 
@@ -80,6 +83,11 @@ class Settings:
     kafka: KafkaListenerConfig = field(default_factory=KafkaListenerConfig)
     http_host: str = "127.0.0.1"
     http_port: int = 8714
+    #: ``[http] header_timeout_ms`` / ``body_timeout_ms`` (telemetry.http.connections).
+    http_header_timeout_ms: int = 10_000
+    http_body_timeout_ms: int = 60_000
+    #: ``[http] memory_wait_ms``: how long a request waits for request memory before a 503.
+    http_memory_wait_ms: int = 5_000
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
@@ -95,6 +103,8 @@ class Settings:
     forward: ForwardSettings = field(default_factory=ForwardSettings)
     #: ``[security]``, ``[kafka.tls]``, ``[http.tls]`` (docs/security.md).
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    #: ``[meta]``: the metadata store, local (``<data_dir>/meta``) or a Kafka topic.
+    meta: MetaSettings = field(default_factory=MetaSettings)
 
     @property
     def super_users(self) -> tuple[str, ...]:
@@ -190,6 +200,9 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "forward",
             "admin",
             "security",
+            "lake",
+            "server",
+            "meta",
         },
     )
     data_dir = Path(_string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -199,7 +212,11 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         else default_subscriptions()
     )
     exporters = _exporters_in(document, data_dir)
-    http_section = _section("http", document, {"listen", "tls"})
+    http_section = _section(
+        "http",
+        document,
+        {"listen", "tls", "header_timeout_ms", "body_timeout_ms", "memory_wait_ms"},
+    )
     http_host, http_port = parse_host_port(
         "http.listen", http_section.get("listen", DEFAULT_HTTP_LISTEN)
     )
@@ -220,6 +237,15 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         kafka=kafka,
         http_host=http_host,
         http_port=http_port,
+        http_header_timeout_ms=_int(
+            "http.header_timeout_ms", http_section.get("header_timeout_ms", 10_000), 1
+        ),
+        http_body_timeout_ms=_int(
+            "http.body_timeout_ms", http_section.get("body_timeout_ms", 60_000), 1
+        ),
+        http_memory_wait_ms=_int(
+            "http.memory_wait_ms", http_section.get("memory_wait_ms", 5_000), 0
+        ),
         telemetry=_telemetry(
             _section(
                 "telemetry",
@@ -252,6 +278,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             _table("security", document["security"]) if "security" in document else None,
         ),
         security=security,
+        meta=parse_meta(_table("meta", document.get("meta", {}))),
     )
 
 
@@ -274,8 +301,15 @@ def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, An
 
 def _exporters_in(document: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
     if "exporters" not in document:
-        return default_exporters(data_dir)
-    return _exporters(_table("exporters", document["exporters"]), data_dir)
+        exporters = default_exporters(data_dir)
+    else:
+        exporters = _exporters(_table("exporters", document["exporters"]), data_dir)
+    # [lake] and [server] node_id are the options of every iceberg landing, under its own.
+    lake = lake_options(document)
+    return tuple(
+        replace(e, options={**lake, **e.options}) if e.type == LAKE_EXPORTER_TYPE else e
+        for e in exporters
+    )
 
 
 def _refuse_unspecified_advertised(kafka: KafkaListenerConfig) -> None:
@@ -339,6 +373,8 @@ _SECURITY_KEYS = {
     "allow_anonymous",
     "connections_max_reauth_ms",
     "super_users",
+    "password_check_threads",
+    "failed_authentication_delay_ms",
 }
 
 
@@ -391,6 +427,14 @@ def _security(
             "security.connections_max_reauth_ms", section.get("connections_max_reauth_ms", 0), 0
         ),
         super_users=tuple(super_users),
+        password_check_threads=_int(
+            "security.password_check_threads", section.get("password_check_threads", 1), 1
+        ),
+        failed_authentication_delay_ms=_int(
+            "security.failed_authentication_delay_ms",
+            section.get("failed_authentication_delay_ms", 100),
+            0,
+        ),
         kafka_tls=kafka_tls,
         http_tls=http_tls,
     )

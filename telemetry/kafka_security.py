@@ -14,7 +14,11 @@ AlterUserScramCredentials change is appended (and fsynced) off the event
 loop before it is acknowledged. Who may describe or alter them: every
 principal when the server has no ``[security]`` section (a Kafka broker
 without an authorizer), else only ``super_users``
-(CLUSTER_AUTHORIZATION_FAILED, 31, for the others).
+(CLUSTER_AUTHORIZATION_FAILED, 31, for the others): the admin plane's
+:class:`~telemetry.admin.authorizer.AdminAuthorizer`. Each user an
+AlterUserScramCredentials changes draws one token from the caller's strict
+``controller_mutation_rate``, as every other admin change does; the users
+past the caller's tokens are refused with THROTTLING_QUOTA_EXCEEDED (89).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Final
 
+from telemetry.admin.authorizer import THROTTLED_MESSAGE, AdminAuthorizer
 from telemetry.errors import ErrorCode
 from telemetry.kafka_connection import CloseConnectionError
 from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
@@ -36,6 +41,7 @@ from telemetry.security import (
     credential_from_salted_password,
 )
 from telemetry.security.errors import generic_failure_message
+from telemetry.security.password_checks import PasswordChecks, dummy_hash, verify_plain_password
 from telemetry.security.plain import PLAIN
 from telemetry.security.sasl_session import AuthenticateAnswer, SaslSession, SaslState
 from telemetry.security.tls import certificate_principal_name
@@ -69,8 +75,10 @@ from telemetry.wire.scram_messages import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from telemetry.enforcement import ClientQuotas
     from telemetry.kafka_connection import ConnectionState, PendingResponse
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
+    from telemetry.metastore import MetadataImage, MetadataRecord
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings
 
@@ -123,12 +131,23 @@ class KafkaSecurity:
     def __init__(
         self,
         settings: SecuritySettings,
-        store: MetadataStore | None,
+        store: MetadataBackend | None,
         clock: Callable[[], int],
+        *,
+        authorizer: AdminAuthorizer | None = None,
+        quotas: ClientQuotas | None = None,
+        checks: PasswordChecks | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
+        self.authorizer = authorizer or AdminAuthorizer(
+            frozenset(settings.super_users) if settings.configured else None
+        )
+        self.quotas = quotas
+        self.checks = checks or PasswordChecks(settings.password_check_threads)
+        self._pending: dict[str, _PendingAuthentication] = {}
+        self._dummy = dummy_hash(settings.plain_users)
         #: Completed authentications, re-authentications and failures, for tests and metrics.
         self.authentications = 0
         self.reauthentications = 0
@@ -215,6 +234,7 @@ class KafkaSecurity:
             )
             return _close_after(state, header, answer_auth, "SASL is not enabled")
         return self._exchange(
+            state,
             session,
             request.auth_bytes,
             version,
@@ -227,7 +247,9 @@ class KafkaSecurity:
         """A SASL token after SaslHandshake v0: Kafka's legacy framing, a size prefix and the
         token each way. A failure just closes the connection: the framing has no error field.
         """
-        return self._exchange(session, token, 0, lambda outcome: self._raw_answer(state, outcome))
+        return self._exchange(
+            state, session, token, 0, lambda outcome: self._raw_answer(state, outcome)
+        )
 
     def _raw_answer(self, state: ConnectionState, outcome: AuthenticateAnswer) -> tuple[bytes, int]:
         if outcome.close:
@@ -238,20 +260,41 @@ class KafkaSecurity:
 
     def _exchange(
         self,
+        state: ConnectionState,
         session: SaslSession,
         token: bytes,
         version: int,
         answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
     ) -> tuple[bytes, int] | PendingResponse:
-        """Run one token through the session; a PLAIN check (one PBKDF2: 100 ms at 100 000
-        iterations) runs in a thread, so login attempts cannot stall the event loop."""
+        """Run one token through the session.
+
+        A PLAIN check (one PBKDF2: ~50 ms at 100 000 iterations) runs on the
+        password-check pool, dropped if the connection closes first. A failed
+        authentication is answered only after ``failed_authentication_delay_ms``
+        (Kafka's ``connection.failed.authentication.delay.ms``), then closed.
+        """
         now_ms = self.clock()
+        delay_s = self.settings.failed_authentication_delay_ms / 1000
         if session.state is SaslState.HANDSHAKE and session.mechanism == PLAIN:
-            exchange = asyncio.get_running_loop().run_in_executor(
-                None, session.authenticate, token, version, now_ms
-            )
-            return _PendingAuthentication(exchange, answer)
-        return answer(session.authenticate(token, version, now_ms))
+            exchange = self.checks.run(session.authenticate, token, version, now_ms)
+        else:
+            outcome = session.authenticate(token, version, now_ms)
+            if not outcome.close or delay_s <= 0:
+                return answer(outcome)
+            exchange = asyncio.get_running_loop().create_future()
+            exchange.set_result(outcome)
+        connection_id = state.connection_id
+        pending = _PendingAuthentication(
+            exchange, answer, delay_s, lambda: self._pending.pop(connection_id, None)
+        )
+        self._pending[connection_id] = pending
+        return pending
+
+    def connection_closed(self, state: ConnectionState) -> None:
+        """The peer left: drop its password check if not run yet, answer a delayed failure now."""
+        pending = self._pending.pop(state.connection_id, None)
+        if pending is not None:
+            pending.drop()
 
     def _failed(self, state: ConnectionState, outcome: AuthenticateAnswer) -> None:
         self.failures += 1
@@ -298,8 +341,7 @@ class KafkaSecurity:
         return frame, 0
 
     def _verify_plain(self, username: str, password: str) -> bool:
-        secret = self.settings.plain_users.get(username)
-        return secret is not None and secret.matches(password)
+        return verify_plain_password(self.settings.plain_users, self._dummy, username, password)
 
     def _scram_credential(self, mechanism: ScramMechanism, username: str) -> ScramCredential | None:
         if self.store is None:
@@ -309,8 +351,7 @@ class KafkaSecurity:
     # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
 
     def _authorized(self, state: ConnectionState) -> bool:
-        settings = self.settings
-        return not settings.configured or state.principal in settings.super_users
+        return self.authorizer.may_alter(state.principal)
 
     def _scram_admin(
         self, state: ConnectionState, frame: bytes
@@ -343,60 +384,129 @@ class KafkaSecurity:
                 )
             )
             return encode_admin_response(correlation_id, api_key, version, refused), 0
-        results, records = alter_scram_credentials(self.store.image, request)
+        request, throttled, throttle = self._draw_mutations(state, request)
+        results, records = alter_scram_credentials(
+            self.store.image, request, secured=self.settings.configured
+        )
+        results += throttled
         if not records:
-            answer = AlterUserScramCredentialsResponse(results=results)
-            return encode_admin_response(correlation_id, api_key, version, answer), 0
-        return _PendingAppend(self.store, records, correlation_id, version, results)
+            answer = AlterUserScramCredentialsResponse(results=results, throttle_time_ms=throttle)
+            return encode_admin_response(correlation_id, api_key, version, answer), throttle
+        return _PendingAppend(self.store, records, correlation_id, version, results, throttle)
+
+    def _draw_mutations(
+        self, state: ConnectionState, request: AlterUserScramCredentialsRequest
+    ) -> tuple[AlterUserScramCredentialsRequest, tuple[AlterUserScramCredentialsResult, ...], int]:
+        """One mutation token per user changed; the request narrowed to the admitted users."""
+        if self.quotas is None:
+            return request, (), 0
+        users = list(
+            dict.fromkeys(
+                [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+            )
+        )
+        admitted, throttle = self.quotas.draw_mutations(state.entity, len(users), self.clock())
+        if admitted == len(users):
+            return request, (), 0
+        keep = frozenset(users[:admitted])
+        narrowed = AlterUserScramCredentialsRequest(
+            deletions=tuple(d for d in request.deletions if d.name in keep),
+            upsertions=tuple(u for u in request.upsertions if u.name in keep),
+        )
+        throttled = tuple(
+            AlterUserScramCredentialsResult(
+                user=user,
+                error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED),
+                error_message=THROTTLED_MESSAGE,
+            )
+            for user in users[admitted:]
+        )
+        return narrowed, throttled, throttle
 
 
 class _PendingAuthentication:
-    """A PLAIN check running in a thread; answered (on the loop) when it is done."""
+    """A PLAIN check on the password-check pool, or a failure waiting out its delay."""
 
-    __slots__ = ("_answer", "_exchange")
+    __slots__ = ("_answer", "_callback", "_delay_s", "_exchange", "_forget", "_timer")
 
     def __init__(
         self,
         exchange: asyncio.Future[AuthenticateAnswer],
         answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
+        delay_s: float,
+        forget: Callable[[], object],
     ) -> None:
         self._exchange = exchange
         self._answer = answer
+        self._delay_s = delay_s
+        self._forget = forget
+        self._callback: Callable[[tuple[bytes, int]], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(exchange: asyncio.Future[AuthenticateAnswer]) -> None:
-            error = None if exchange.cancelled() else exchange.exception()
-            if exchange.cancelled() or error is not None:
-                _log.error("checking a SASL/PLAIN password failed: %s", error)
-                outcome = AuthenticateAnswer(
-                    error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
-                    error_message=generic_failure_message(PLAIN),
-                    close=True,
-                    reason=f"the password check failed: {error}",
-                )
-            else:
-                outcome = exchange.result()
-            callback(self._answer(outcome))
+        self._callback = callback
+        self._exchange.add_done_callback(self._checked)
 
-        self._exchange.add_done_callback(done)
+    def drop(self) -> None:
+        """The connection is gone: no hash for it, no delay to wait out."""
+        if not self._exchange.done():
+            self._exchange.cancel()  # a queued check never runs; _checked answers
+        elif self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._finish(self._exchange.result())
+
+    def _checked(self, exchange: asyncio.Future[AuthenticateAnswer]) -> None:
+        if exchange.cancelled():  # the connection closed (or the server stops) first
+            self._finish(_failure("the connection closed before the password check ran"))
+            return
+        error = exchange.exception()
+        if error is not None:
+            _log.error("checking a SASL/PLAIN password failed: %s", error)
+            outcome = _failure(f"the password check failed: {error}")
+        else:
+            outcome = exchange.result()
+        if outcome.close and self._delay_s > 0:
+            self._timer = asyncio.get_running_loop().call_later(
+                self._delay_s, self._finish, outcome
+            )
+        else:
+            self._finish(outcome)
+
+    def _finish(self, outcome: AuthenticateAnswer) -> None:
+        self._timer = None
+        self._forget()
+        if self._callback is not None:
+            self._callback(self._answer(outcome))
+
+
+def _failure(reason: str) -> AuthenticateAnswer:
+    return AuthenticateAnswer(
+        error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
+        error_message=generic_failure_message(PLAIN),
+        close=True,
+        reason=reason,
+    )
 
 
 class _PendingAppend:
     """An AlterUserScramCredentials answered once its records are durable."""
 
-    __slots__ = ("_appended", "_correlation_id", "_results", "_version")
+    __slots__ = ("_appended", "_correlation_id", "_results", "_throttle", "_version")
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: MetadataBackend,
         records: tuple[MetadataRecord, ...],
         correlation_id: int,
         version: int,
         results: tuple[AlterUserScramCredentialsResult, ...],
+        throttle: int,
     ) -> None:
         self._correlation_id = correlation_id
         self._version = version
         self._results = results
+        self._throttle = throttle
         loop = asyncio.get_running_loop()
         self._appended = loop.run_in_executor(None, store.append, records)
 
@@ -416,11 +526,12 @@ class _PendingAppend:
                     else result
                     for result in results
                 )
-            answer = AlterUserScramCredentialsResponse(results=results)
-            api_key = int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS)
-            callback(
-                (encode_admin_response(self._correlation_id, api_key, self._version, answer), 0)
+            answer = AlterUserScramCredentialsResponse(
+                results=results, throttle_time_ms=self._throttle
             )
+            api_key = int(AdminApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+            frame = encode_admin_response(self._correlation_id, api_key, self._version, answer)
+            callback((frame, self._throttle))
 
         self._appended.add_done_callback(done)
 
@@ -520,7 +631,7 @@ def _upsertion_refusal(upsertion: ScramCredentialUpsertion) -> tuple[int, str] |
 
 
 def alter_scram_credentials(
-    image: MetadataImage, request: AlterUserScramCredentialsRequest
+    image: MetadataImage, request: AlterUserScramCredentialsRequest, *, secured: bool = False
 ) -> tuple[tuple[AlterUserScramCredentialsResult, ...], tuple[MetadataRecord, ...]]:
     """Kafka's ``ScramControlManager.alterCredentials``: a result per user, the records to append.
 
@@ -578,6 +689,7 @@ def alter_scram_credentials(
                 stored_key=credential.stored_key,
                 server_key=credential.server_key,
                 iterations=credential.iterations,
+                secured=secured,
             )
         )
     results = tuple(

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 #: Kafka's ``ClusterAuthorizationException`` default message.
 CLUSTER_AUTHORIZATION_FAILED_MESSAGE: Final = "Cluster authorization failed."
+#: Kafka's ``ThrottlingQuotaExceededException`` message: a change past ``controller_mutation_rate``.
+THROTTLED_MESSAGE: Final = "The throttling quota has been exceeded."
 
 
 def principal_of(state: ConnectionState) -> str:

@@ -4,7 +4,8 @@
 with a ``[security]`` section lets only them alter subscriptions and quotas.
 ``[admin] token`` is the bearer token the HTTP admin API requires; without
 one the HTTP admin API answers only when the HTTP listener is bound to a
-loopback address.
+loopback address. ``[admin] allowed_hosts`` lists the extra ``Host`` names a
+request not carrying the token may name (telemetry.admin.http_guard).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSettings:
     token: str | None = None
+    #: Host header names accepted besides loopback names and the listener's own address.
+    allowed_hosts: frozenset[str] = frozenset()
     #: None: the file has no ``[security]`` section, so everybody may alter.
     super_users: frozenset[str] | None = None
 
@@ -30,16 +33,21 @@ def parse_admin(
 ) -> AdminSettings:
     """The two sections (None when absent); unknown keys are refused."""
     token: str | None = None
+    allowed_hosts: frozenset[str] = frozenset()
     if admin is not None:
-        _refuse_unknown("admin.", admin, {"token"})
+        _refuse_unknown("admin.", admin, {"token", "allowed_hosts"})
         if "token" in admin:
             token = admin["token"]
             if not isinstance(token, str) or not token:
                 raise ConfigError("admin.token", token, "expected a non-empty string")
+        hosts = admin.get("allowed_hosts", [])
+        if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+            raise ConfigError("admin.allowed_hosts", hosts, 'expected a list like ["kip714.lan"]')
+        allowed_hosts = frozenset(h.lower().rstrip(".") for h in hosts)
     super_users: frozenset[str] | None = None
     if security is not None:
         super_users = frozenset(_principals(security.get("super_users", [])))
-    return AdminSettings(token=token, super_users=super_users)
+    return AdminSettings(token=token, allowed_hosts=allowed_hosts, super_users=super_users)
 
 
 def _principals(value: object) -> list[str]:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Executor
 
+    from telemetry.http.memory import HttpRequestMemory
     from telemetry.kafka_listener import PushLog
     from telemetry.manager import TelemetryManager
 
@@ -45,3 +46,5 @@ class HttpIngest:
     #: Where pushes expanding past the inline limit are decompressed (the Kafka
     #: listener's threads in the server); ``None``: the loop's default executor.
     decompressor: Executor | None = None
+    #: The shared request-memory pool, as HTTP requests take from it; ``None``: unbounded.
+    memory: HttpRequestMemory | None = None

@@ -2,11 +2,13 @@
 
 An append-only, checksummed log of KRaft-shaped records under
 ``<data_dir>/meta/`` with periodic snapshots, replayed into an in-memory
-image at open; and the pure rules that turn Kafka admin requests into
-records (validation with Kafka's error codes and messages) and that merge
-the static TOML subscriptions with the dynamic ones. Not yet reached from
-the listener. Depends on the standard library, ``crc32c``, ``telemetry.wire``
-primitives, ``telemetry.security`` and ``telemetry.subscriptions``.
+image at open, or (``[meta] store = "kafka"``, ``kafka_log.py``) the same
+image in a compacted Kafka topic that several nodes share; and the pure
+rules that turn Kafka admin requests into records (validation with Kafka's
+error codes and messages) and that merge the static TOML subscriptions with
+the dynamic ones. Depends on the standard library, ``crc32c``,
+``confluent-kafka`` (the shared store only), ``telemetry.wire`` primitives,
+``telemetry.security`` and ``telemetry.subscriptions``.
 """
 
 from __future__ import annotations

@@ -117,6 +117,10 @@ class SecuritySettings:
     connections_max_reauth_ms: int = 0
     #: ``User:<name>`` principals allowed every admin operation.
     super_users: tuple[str, ...] = ()
+    #: Threads that compute password hashes (PLAIN, HTTP Basic): the CPU a flood can take.
+    password_check_threads: int = 1
+    #: Kafka's ``connection.failed.authentication.delay.ms``: a failure is answered this late.
+    failed_authentication_delay_ms: int = 100
     kafka_tls: TlsSettings | None = None
     http_tls: TlsSettings | None = None
 

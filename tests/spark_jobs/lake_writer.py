@@ -1,6 +1,7 @@
 """A stand-in for the server's Iceberg landing: the table contract, written through pyiceberg.
 
-The contract (issue 18's landing, shared/design.md §4.6): catalog ``kip714``
+The contract (the Iceberg landing, shared/design.md §4.6; the schema is the
+landing writer's own, ``exporters.iceberg.schema``): catalog ``kip714``
 (SQL catalog on SQLite), table ``<namespace>.metrics`` with today's landing
 columns in today's order, times as ``timestamptz`` (µs), unsigned counts as
 ``long``, then ``node_id`` (decoded from the attributes) and ``ingest_node``;
@@ -14,29 +15,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.transforms import HourTransform
 
-from exporters.otlp_rows import arrow_schema
+from exporters.iceberg.schema import lake_metrics_schema
 from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
-from telemetry.demo_lake import contract_type
 
 NODE_ID_ATTRIBUTES = ("node.id", "node_id", "node-id")
 """How clients spell the broker attribute; the landing decodes the first present into node_id."""
 
 
 def landing_arrow_schema() -> pa.Schema:
-    """The landing's columns in Iceberg's types (as pyarrow), in the writer's order."""
-    fields = [pa.field(field.name, contract_type(field.type)) for field in arrow_schema()]
-    fields += [pa.field("node_id", pa.string()), pa.field("ingest_node", pa.string())]
-    return pa.schema(fields)
+    """The landing table's columns as the Iceberg landing writes them (its own schema)."""
+    schema: pa.Schema = lake_metrics_schema()
+    return schema
 
 
 def catalog(lake: Lake) -> SqlCatalog:
@@ -104,19 +101,3 @@ def append_arrow(
     assert snapshot is not None
     return snapshot.snapshot_id
 
-
-def append_parquet_landing(lake: Lake, metrics_dir: Path, *, ingest_node: str = "node-1") -> int:
-    """Append the Parquet landing's rows (``<data>/metrics/``) to the landing table, in one commit.
-
-    What the Iceberg landing will write itself: the same rows, with times in
-    µs, counts as long and ``node_id`` decoded from the attributes.
-    """
-    rows = ds.dataset(metrics_dir, format="parquet", partitioning="hive").to_table().to_pylist()
-    for row in rows:
-        row.pop("date", None)
-        row.pop("hour", None)
-        attributes = row.get("attributes")
-        row["attributes"] = dict(attributes) if isinstance(attributes, list) else attributes
-        resource = row.get("resource_attributes")
-        row["resource_attributes"] = dict(resource) if isinstance(resource, list) else resource
-    return append_rows(lake, rows, ingest_node=ingest_node)

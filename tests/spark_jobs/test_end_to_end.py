@@ -1,8 +1,7 @@
 """A real librdkafka producer pushes to `kip714 serve`; the rollup counts what it pushed.
 
-The server lands Parquet on this branch; the test appends those rows to the
-Iceberg landing table through ``lake_writer`` (the landing's contract) and
-runs the job on the lake, as a subprocess like a user would.
+The server lands in the lake's Iceberg table; the job runs on the lake as a
+subprocess, like a user would, and its rollup tables are read with pyiceberg.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from spark_jobs.lake import Lake
-from tests.spark_jobs.lake_writer import append_parquet_landing, catalog
+from tests.spark_jobs.lake_writer import catalog
 from tests.telemetry.serve_process import ServeProcess
 
 CONFIG = """
@@ -25,7 +24,7 @@ CONFIG = """
 metrics = ["*"]
 "interval.ms" = 300
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 path = "{data}"
 max_file_age_s = 0.5
@@ -77,7 +76,6 @@ def test_rollup_counts_match_what_a_real_client_pushed(tmp_path: Path) -> None:
     )
 
     lake = Lake.under(data)
-    append_parquet_landing(lake, data / "metrics")
     result = subprocess.run(
         [sys.executable, "-m", "spark_jobs.job", "--data-dir", str(data), "--windows", "1h"],
         capture_output=True,

@@ -50,7 +50,7 @@ push_byte_rate = 1
 
 def landed(landing: Path) -> set[tuple[str, str]]:
     """(client_id, principal) of every published metrics row."""
-    if not (landing / "metrics").exists():
+    if not any((landing / "metrics").rglob("*.parquet")):  # no file published yet
         return set()
     table = ds.dataset(landing / "metrics", format="parquet", partitioning="hive").to_table(
         columns=["client_id", "principal"]
