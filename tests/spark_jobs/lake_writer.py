@@ -100,4 +100,3 @@ def append_arrow(
     snapshot = landing.current_snapshot()
     assert snapshot is not None
     return snapshot.snapshot_id
-
