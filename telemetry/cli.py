@@ -27,6 +27,7 @@ from telemetry.config import DEFAULT_HTTP_LISTEN, DEFAULT_KAFKA_LISTEN, load_set
 from telemetry.data_dir_lock import DataDirLockedError
 from telemetry.errors import ConfigError
 from telemetry.log_setup import configure_logging
+from telemetry.rollup_args import RollupConfigError, rollup_argv
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def rollup(argv: Sequence[str]) -> int:
-    """``kip714 rollup``: the same job ``spark-submit spark_jobs/job.py`` runs."""
+    """``kip714 rollup``: the job ``spark-submit spark_jobs/job.py`` runs, and ``--config``."""
     try:
         from spark_jobs import job  # noqa: PLC0415 - PySpark loads only for this command
     except ImportError as error:
@@ -180,7 +181,12 @@ def rollup(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    return job.main(argv)
+    try:
+        job_argv = rollup_argv(argv)
+    except RollupConfigError as error:
+        print(f"kip714 rollup: error: {error}", file=sys.stderr)
+        return 2
+    return job.main(job_argv)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
