@@ -1,42 +1,51 @@
-"""Rollup benchmark: Spark (warm session) against DuckDB on the same generated landing.
+"""Rollup benchmark: Spark (warm session) against DuckDB on the same Iceberg landing table.
 
-Generates realistic KIP-714 data points with pyarrow in the landing layout
-(200 client instances under 20 client ids, 60 metric names, every client
-pushing every metric each 60 s; per-broker latency metrics once per broker;
-about 60 % gauge, 30 % sum (a third cumulative), 10 % histogram points),
-then times each rollup and the full set in one warm SparkSession, runs the
-same aggregations in DuckDB, and reports throughput, the Spark/DuckDB ratio
-and the peak RSS of this process tree (the driver JVM included).
+Generates realistic KIP-714 data points with numpy/pyarrow, one hour per
+chunk, and appends each chunk to the landing table ``kip714.metrics``
+through pyiceberg (``tests/spark_jobs/lake_writer.py``, the table contract),
+so the data is never whole in memory (200 client instances under 20 client
+ids, 60 metric names, every client pushing every metric each 60 s;
+per-broker latency metrics once per broker; about 60 % gauge, 30 % sum (a
+third cumulative), 10 % histogram points). Then it times each step of the
+job's full set in one warm SparkSession reading the table through Iceberg
+(with each step's input, shuffle and spill bytes), runs the same
+aggregations in DuckDB over the same snapshot's data files (listed by a
+pyiceberg scan), and reports throughput, the Spark/DuckDB ratio and the
+peak RSS of this process tree (the driver JVM included).
 
     python benchmarks/rollup_bench.py --points 1000000,10000000
+    python benchmarks/rollup_bench.py --points 100000000 --runs 1
     python benchmarks/rollup_bench.py --quick
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil  # type: ignore[import-untyped]  # no stubs installed; benchmark-only
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from exporters.parquet.schema import metrics_schema
 from spark_jobs.io import read_landing
-from spark_jobs.pipeline import HOUR_S, plan_rollups, prepare_and_persist
+from spark_jobs.lake import Lake
+from spark_jobs.pipeline import HOUR_S, ScanStats, plan_rollups, prepare_and_persist, scan_stats
 from spark_jobs.rollups import HEALTH_METRICS
 from spark_jobs.session import spark_session
+from tests.spark_jobs.lake_writer import append_arrow, landing_arrow_schema, landing_table
 
-MAX_POINTS = 20_000_000
+MAX_POINTS = 100_000_000
 TARGET_RATE = 3_000_000
-TARGET_RATIO = 4.0
+TARGET_RATIO = 2.0
 TARGET_RSS = 2 * 1024**3
 START = datetime(2026, 11, 21, 0, 0, tzinfo=UTC)
 P = "org.apache.kafka.producer."
@@ -73,14 +82,14 @@ def _metrics() -> list[tuple[str, str, str]]:
     return names
 
 
-def generate(root: Path, points: int) -> int:
-    """Write about ``points`` rows under ``root/metrics``; returns the exact row count."""
+def generate(lake: Lake, points: int) -> int:
+    """Append about ``points`` rows to the lake's landing, an hour per commit; the row count."""
     metrics = _metrics()
     per_push = len(metrics) - len(NODE_METRICS) + len(NODE_METRICS) * BROKERS
     clients = 200
     pushes = max(1, points // (clients * per_push))
     rng = np.random.default_rng(7)
-    schema = metrics_schema()
+    schema = landing_arrow_schema()
     # One push row block, repeated: (metric index, node id or -1).
     block = [(m, b) for m in range(len(NODE_METRICS)) for b in range(BROKERS)]
     block += [(m, -1) for m in range(len(NODE_METRICS), len(metrics))]
@@ -158,15 +167,14 @@ def generate(root: Path, points: int) -> int:
             ),
             "terminating": pa.array(np.zeros(n, dtype=bool)),
             "push_offset": pa.array(push * clients + client),
+            "node_id": pa.array(node.astype(str), mask=~has_node),
+            "ingest_node": pa.array(["bench"] * n),
         }
         table = pa.table(
             {f.name: columns.get(f.name, pa.nulls(n, f.type)).cast(f.type) for f in schema},
             schema=schema,
         )
-        hour = START + timedelta(hours=first // pushes_per_hour)
-        directory = root / "metrics" / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
-        directory.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, directory / "part-0.parquet", compression="zstd")
+        append_arrow(lake, table, properties={"kip714.writer": "rollup_bench"})
         written += n
     return written
 
@@ -199,7 +207,31 @@ class PeakRss:
         self._thread.join()
 
 
-def time_spark(spark: SparkSession, root: Path, runs: int) -> dict[str, float]:
+def stage_bytes(spark: SparkSession) -> tuple[int, int, int]:
+    """(input, shuffle write, spilled) bytes of every stage so far, from Spark's status store."""
+    store: Any = spark.sparkContext._jsc.sc().statusStore()
+    jvm: Any = spark.sparkContext._jvm
+    no_quantiles = spark.sparkContext._gateway.new_array(jvm.double, 0)  # type: ignore[union-attr]
+    every = jvm.java.util.ArrayList()
+    stages = store.stageList(every, False, False, no_quantiles, every).iterator()
+    totals = [0, 0, 0]
+    while stages.hasNext():
+        stage = stages.next()
+        totals[0] += stage.inputBytes()
+        totals[1] += stage.shuffleWriteBytes()
+        totals[2] += stage.memoryBytesSpilled() + stage.diskBytesSpilled()
+    return totals[0], totals[1], totals[2]
+
+
+Profile = dict[str, tuple[float, int, int, int]]
+"""Step → (seconds, input bytes, shuffle write bytes, spilled bytes)."""
+
+
+def _append_stats(into: list[ScanStats], prepared: Any, ranges: list[Any]) -> None:
+    into.append(scan_stats(prepared, ranges))
+
+
+def time_spark(spark: SparkSession, lake: Lake, runs: int) -> Profile:
     """Best of ``runs`` of the job's full set, step by step, as ``spark_jobs.job`` plans it.
 
     The steps run in write order (``plan_rollups``), so a step that reads a
@@ -208,26 +240,32 @@ def time_spark(spark: SparkSession, root: Path, runs: int) -> dict[str, float]:
     ``full set`` is the run's total; every output is written to the ``noop``
     sink.
     """
-    end = START + timedelta(days=30)
-    landing = read_landing(spark, str(root), START, end)
-    best: dict[str, float] = {}
+    end = START + timedelta(days=400)
+    ranges = [(START, end)]
+    best: Profile = {}
+
+    def step(name: str, steps: Profile, action: Any) -> None:
+        before, began = stage_bytes(spark), time.perf_counter()
+        action()
+        took, after = time.perf_counter() - began, stage_bytes(spark)
+        steps[name] = (took, *(a - b for a, b in zip(after, before, strict=True)))  # type: ignore[assignment]
+
     for _ in range(runs):
-        steps: dict[str, float] = {}
-        began = time.perf_counter()
+        steps: Profile = {}
+        landing = read_landing(spark, lake, ranges, None)
         prepared = prepare_and_persist(landing)
-        prepared.count()
-        steps["scan + persist"] = time.perf_counter() - began
-        rollups = plan_rollups(prepared, START, end, [60, HOUR_S])
+        stats: list[ScanStats] = []
+        step("scan + persist", steps, partial(_append_stats, stats, prepared, ranges))
+        rollups = plan_rollups(prepared, ranges, [60, HOUR_S], max_buckets=stats[0].max_buckets)
         try:
             for name, frame in rollups.outputs.items():
-                began = time.perf_counter()
-                frame.write.format("noop").mode("overwrite").save()
-                steps[name] = time.perf_counter() - began
+                step(name, steps, frame.write.format("noop").mode("overwrite").save)
         finally:
             rollups.unpersist()
             prepared.unpersist()
-        steps["full set"] = sum(steps.values())
-        if steps["full set"] < best.get("full set", float("inf")):
+        total = tuple(sum(v[i] for v in steps.values()) for i in range(4))
+        steps["full set"] = (total[0], int(total[1]), int(total[2]), int(total[3]))
+        if steps["full set"][0] < best.get("full set", (float("inf"), 0, 0, 0))[0]:
             best = steps
     return best
 
@@ -235,18 +273,17 @@ def time_spark(spark: SparkSession, root: Path, runs: int) -> dict[str, float]:
 _K = "metric_name, client_id, client_instance_id, client_software_name, client_software_version, "
 _K += "node_id"
 
-# Same semantics as spark_jobs (docs/rollups.md): node id from any spelling, exact
+# Same semantics as spark_jobs (docs/rollups.md): the landing's flat node_id, exact
 # percentiles by linear interpolation (quantile_cont), cumulative points differenced per
 # series with the 1-hour lookback, histogram percentiles from the merged buckets.
 _PREPARE = """
 CREATE OR REPLACE TEMP TABLE p AS
 SELECT time, start_time, metric_name, metric_type, client_id, client_instance_id,
        client_software_name, client_software_version,
-       coalesce(attributes['node.id'], attributes['node_id'], attributes['node-id']) AS node_id,
-       temporality, is_monotonic, push_offset, value, count::BIGINT AS count, sum, min, max,
-       bucket_counts::BIGINT[] AS bucket_counts, explicit_bounds,
+       node_id, temporality, is_monotonic, push_offset, value, count, sum, min, max,
+       bucket_counts, explicit_bounds,
        CASE WHEN temporality = 'cumulative' THEN list_sort(map_entries(attributes)) END AS series
-FROM read_parquet('{root}/metrics/*/*/*.parquet', hive_partitioning = true)"""
+FROM read_parquet({files})"""
 
 _MACROS = """
 CREATE OR REPLACE MACRO bk(cum, q) AS len(list_filter(cum, lambda c: c < q * cum[-1]));
@@ -407,18 +444,29 @@ DUCKDB_STEPS = {
 }
 
 
-def time_duckdb(root: Path, runs: int) -> dict[str, float]:
+def snapshot_files(lake: Lake) -> list[str]:
+    """The data files of the landing's current snapshot (what a pyiceberg scan reads)."""
+    return [
+        task.file.file_path.removeprefix("file://")
+        for task in landing_table(lake).scan().plan_files()
+    ]
+
+
+def time_duckdb(lake: Lake, runs: int, spill_dir: Path) -> dict[str, float]:
     """Best of ``runs`` of the same full set in DuckDB, planned the same way (one projection)."""
     import duckdb  # noqa: PLC0415 - benchmark-only dependency
 
+    files = snapshot_files(lake)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    # Bounded, so 100M points spill to disk instead of taking the shared machine's memory.
+    con.execute(f"SET memory_limit = '4GB'; SET temp_directory = '{spill_dir}'")
     con.execute(_MACROS)
     best: dict[str, float] = {}
     for _ in range(runs):
         steps: dict[str, float] = {}
         began = time.perf_counter()
-        con.execute(_PREPARE.format(root=root))
+        con.execute(_PREPARE.format(files=files))
         steps["scan + persist"] = time.perf_counter() - began
         began = time.perf_counter()
         con.execute(f"CREATE OR REPLACE TEMP TABLE hp AS {_HIST_POINTS}")
@@ -438,59 +486,82 @@ def _cell(value: float | None, width: int) -> str:
     return f"{value:{width}.2f}" if value else f"{'-':>{width}}"
 
 
+def _mib(count: int) -> str:
+    return f"{count / 1024**2:8.1f}"
+
+
+def _report(rows: int, sp: Profile, db: dict[str, float]) -> None:
+    print(f"{'step':<20} {'spark s':>8} {'pts/s':>8} {'duckdb s':>9} {'ratio':>6} "
+          f"{'in MiB':>8} {'shuf MiB':>8} {'spill MiB':>9}")  # fmt: skip
+    for name in dict.fromkeys([*sp, *db]):
+        if name == "full set":
+            continue
+        a, b = (sp[name][0] if name in sp else None), db.get(name)
+        extra = (
+            f" {_mib(sp[name][1])} {_mib(sp[name][2])} {_mib(sp[name][3])} " if name in sp else ""
+        )
+        print(
+            f"{name:<20} {_cell(a, 8)} {_cell(a and rows / a / 1e6, 7)}M "
+            f"{_cell(b, 9)} {_cell(a and b and a / b, 6)}x{extra}"
+        )
+    total_sp, total_db = sp["full set"][0], db["full set"]
+    rate = rows / total_sp
+    print(
+        f"{'full set':<20} {total_sp:8.2f} {rate / 1e6:7.2f}M {total_db:9.2f} "
+        f"{total_sp / total_db:6.1f}x {_mib(sp['full set'][1])} {_mib(sp['full set'][2])} "
+        f"{_mib(sp['full set'][3])}"
+    )
+    close = "met" if total_sp <= TARGET_RATIO * total_db else "MISSED"
+    print(f"target: within {TARGET_RATIO:.0f}x of DuckDB warm: {close}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", default="1000000,10000000")
     parser.add_argument("--quick", action="store_true", help="100k points, one run each")
     parser.add_argument("--runs", type=int, default=2, help="runs per query; the best counts")
+    parser.add_argument("--shuffle-partitions", type=int, default=4)
     args = parser.parse_args()
     sizes = [100_000] if args.quick else [int(p) for p in args.points.split(",")]
     if any(s < 1 or s > MAX_POINTS for s in sizes):
         parser.error(f"--points: each size must be 1..{MAX_POINTS:,}")
     runs = 1 if args.quick else args.runs
-    spark_peak = 0
-    with PeakRss() as rss:
-        spark = spark_session(shuffle_partitions=4, driver_memory="1g")
-        spark.range(10).count()  # start the JVM before timing anything
-        for size in sizes:
-            root = Path(tempfile.mkdtemp(prefix="kip714-bench-"))
-            try:
+    root = Path(tempfile.mkdtemp(prefix="kip714-bench-"))
+    growth: list[tuple[int, float, int, float, int]] = []
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    try:
+        with PeakRss() as rss:
+            spark = spark_session(
+                lake=Lake.under(root), shuffle_partitions=args.shuffle_partitions,
+                driver_memory="1g",
+            )  # fmt: skip
+            spark.range(10).count()  # start the JVM before timing anything
+            for size in sizes:
+                lake = Lake.under(root, namespace=f"points_{size}")
                 began = time.perf_counter()
-                rows = generate(root, size)
-                print(f"\n{rows:,} points generated in {time.perf_counter() - began:.1f} s")
+                rows = generate(lake, size)
+                print(f"\n{rows:,} points generated into {lake.landing} in "
+                      f"{time.perf_counter() - began:.1f} s")  # fmt: skip
                 rss.peak = 0
-                sp = time_spark(spark, root, runs)
-                spark_peak = max(spark_peak, rss.peak)
-                db = time_duckdb(root, runs)
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-            print(f"{'step':<20} {'spark s':>8} {'pts/s':>8} {'duckdb s':>9} {'ratio':>6}")
-            for name in dict.fromkeys([*sp, *db]):
-                if name == "full set":
-                    continue
-                a, b = sp.get(name), db.get(name)
-                print(
-                    f"{name:<20} {_cell(a, 8)} {_cell(a and rows / a / 1e6, 7)}M "
-                    f"{_cell(b, 9)} {_cell(a and b and a / b, 6)}x"
-                )
-            total_sp, total_db = sp["full set"], db["full set"]
-            rate = rows / total_sp
-            print(
-                f"{'full set':<20} {total_sp:8.2f} {rate / 1e6:7.2f}M {total_db:9.2f} "
-                f"{total_sp / total_db:6.1f}x"
-            )
-            fast = "met" if rate >= TARGET_RATE else "MISSED"
-            close = "met" if total_sp <= TARGET_RATIO * total_db else "MISSED"
-            print(
-                f"targets: >= {TARGET_RATE / 1e6:.0f}M pts/s: {fast}; "
-                f"within {TARGET_RATIO:.0f}x of DuckDB warm: {close}"
-            )
-        spark.stop()
-    verdict = "met" if spark_peak < TARGET_RSS else "MISSED"
-    print(
-        f"peak RSS while Spark ran (python + driver JVM): {spark_peak / 1024**3:.2f} GiB "
-        f"(target < 2 GiB: {verdict}); whole run incl. DuckDB: {rss.peak / 1024**3:.2f} GiB"
-    )
+                sp = time_spark(spark, lake, runs)
+                spark_peak = rss.peak
+                rss.peak = 0
+                db = time_duckdb(lake, runs, root / "duckdb-spill")
+                duck_peak = rss.peak
+                _report(rows, sp, db)
+                growth.append((rows, sp["full set"][0], spark_peak, db["full set"], duck_peak))
+                verdict = "met" if spark_peak < TARGET_RSS else "MISSED"
+                print(f"peak RSS (python + driver JVM) while Spark ran: "
+                      f"{spark_peak / 1024**3:.2f} GiB (target < 2 GiB: {verdict}); "
+                      f"while DuckDB ran: {duck_peak / 1024**3:.2f} GiB")  # fmt: skip
+                print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            spark.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\n{'points':>12} {'spark s':>9} {'spark GiB':>10} {'duckdb s':>9} {'duckdb GiB':>11}")
+    for rows, sp_s, sp_rss, db_s, db_rss in growth:
+        print(f"{rows:>12,} {sp_s:9.1f} {sp_rss / 1024**3:10.2f} {db_s:9.1f} "
+              f"{db_rss / 1024**3:11.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,50 +1,41 @@
-"""PySpark rollups over the Parquet landing; reads nothing but Parquet.
+"""PySpark rollups over the kip714 lake: the Iceberg landing table in, Iceberg rollup tables out.
 
-May import pyspark and pyarrow, never ``quotas``, ``telemetry`` or
-``exporters`` (import-linter): the landing schema is its only contract with
-the server, restated in ``spark_jobs.schema`` and contract-tested.
+May import pyspark, pyiceberg and pyarrow, never ``quotas``, ``telemetry``
+or ``exporters`` (import-linter): the landing table's schema is its only
+contract with the server, restated in ``spark_jobs.schema`` and
+contract-tested.
 
-The entry points live in their modules and are not re-exported, so that
-``python -m spark_jobs.job`` and ``python -m spark_jobs.compaction`` run a
-module the package has not imported yet: ``spark_jobs.job.main(argv)`` and
-``spark_jobs.compaction.main(argv)``.
+The entry point lives in its module and is not re-exported, so that
+``python -m spark_jobs.job`` runs a module the package has not imported yet:
+``spark_jobs.job.main(argv)``.
 """
 
 from __future__ import annotations
 
-from spark_jobs.io import (
-    DataDirNotFoundError,
-    HourBusyError,
-    NoDataError,
-    read_landing,
-    write_rollup,
-)
+from spark_jobs.io import NoDataError, read_landing, write_output
+from spark_jobs.lake import Lake
 from spark_jobs.rollups import (
     client_health,
     gauge_rollup,
     histogram_rollup,
-    normalise_node_id,
     sum_rollup,
     top_n,
     unrolled_points,
 )
-from spark_jobs.schema import LANDING_SCHEMA, landing_schema
+from spark_jobs.schema import LANDING_SCHEMA
 from spark_jobs.session import spark_session
 
 __all__ = [
     "LANDING_SCHEMA",
-    "DataDirNotFoundError",
-    "HourBusyError",
+    "Lake",
     "NoDataError",
     "client_health",
     "gauge_rollup",
     "histogram_rollup",
-    "landing_schema",
-    "normalise_node_id",
     "read_landing",
     "spark_session",
     "sum_rollup",
     "top_n",
     "unrolled_points",
-    "write_rollup",
+    "write_output",
 ]

@@ -1,162 +1,139 @@
-"""Reading the landing and writing rollups: the only module that knows the directory layout.
+"""Reading the landing table and replacing windows of the rollup tables, through Iceberg.
 
-Layout: ``<data>/metrics/date=YYYY-MM-DD/hour=HH/*.parquet``
-for the landing and ``<data>/rollups/<name>/date=…/hour=…/`` for outputs.
+A run reads the landing *as of one snapshot* (the one the pre-flight check
+saw), so everything it computes comes from one consistent table state, and
+every output commit records that snapshot's id in its snapshot properties
+(``kip714.landing-snapshot-id``): the next incremental run starts there.
 
-The landing is read from an explicit file list, not by pointing Spark at
-``<data>/metrics``: listing only the hour directories in range is the
-partition pruning, and listing each hour ourselves lets the reader honour the
-compaction protocol (``compaction``): an hour whose listing shows a
-``_compaction-*`` manifest is mid-swap, so the reader waits for the swap to
-finish, and only two identical listings in a row without a manifest are
-trusted. Rollups are written with dynamic partition overwrite, so a rerun
-replaces exactly the ``date/hour`` partitions it produced and leaves every
-other hour alone.
+Outputs are replaced window by window with Iceberg's overwrite by filter: one
+commit per table deletes the rows of the run's windows and adds the new ones,
+so a reader sees a table's old rows or its new rows, never a part. The
+tables are partitioned by ``hours(window_start)`` and a run always covers
+whole hours, so the filter only ever selects whole files.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from spark_jobs._hadoop import HadoopFS
-from spark_jobs.schema import landing_schema
+from spark_jobs.lake import Lake
 
 __all__ = [
-    "COMPACTED_PREFIX",
-    "COMPACTION_MANIFEST_PREFIX",
-    "DataDirNotFoundError",
-    "HourBusyError",
+    "LANDING_SNAPSHOT_PROPERTY",
     "NoDataError",
-    "hours_in",
-    "landing_files",
-    "landing_path",
+    "Range",
+    "hour_ranges",
+    "merge_ranges",
+    "read_appended",
     "read_landing",
-    "rollup_path",
-    "write_rollup",
+    "touched_hours",
+    "within",
+    "write_output",
 ]
 
-COMPACTED_PREFIX = "compacted-"
-"""Name prefix of compaction outputs (``compaction`` writes them, the stream skips them)."""
+LANDING_SNAPSHOT_PROPERTY = "kip714.landing-snapshot-id"
+"""Snapshot property of every output commit: the landing snapshot it was computed from."""
 
-COMPACTION_MANIFEST_PREFIX = "_compaction-"
-"""An hour directory holding a file with this prefix is being compacted (or needs recovery)."""
-
-_HOUR = timedelta(hours=1)
-_LISTING_ATTEMPTS = 200
-_LISTING_PAUSE_S = 0.05
-
-
-class DataDirNotFoundError(FileNotFoundError):
-    """The data directory does not exist."""
+Range = tuple[datetime, datetime]
+"""``[start, end)`` in UTC."""
 
 
 class NoDataError(LookupError):
-    """No landing file has data points in the requested time range."""
+    """The landing holds nothing the run could roll up (no table, no points in the range)."""
 
 
-class HourBusyError(RuntimeError):
-    """An hour stayed mid-compaction for longer than a reader waits (a crashed compactor)."""
+def merge_ranges(ranges: Iterable[Range]) -> list[Range]:
+    """Sorted ranges with overlapping or touching ones joined."""
+    merged: list[Range] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
-def landing_path(data_dir: str) -> str:
-    return f"{data_dir.rstrip('/')}/metrics"
+def within(column: str, ranges: Sequence[Range]) -> Column:
+    """``column`` lies in one of ``ranges`` (false for no ranges)."""
+    col = sf.col(column)
+    conditions = [(col >= sf.lit(start)) & (col < sf.lit(end)) for start, end in ranges]
+    return reduce(lambda a, b: a | b, conditions, sf.lit(False))
 
 
-def rollup_path(data_dir: str, name: str) -> str:
-    return f"{data_dir.rstrip('/')}/rollups/{name}"
+def read_landing(
+    spark: SparkSession, lake: Lake, ranges: Sequence[Range], snapshot_id: int | None
+) -> DataFrame:
+    """Landing rows whose ``time`` lies in ``ranges``, as of ``snapshot_id`` (None: the newest).
+
+    The table is partitioned by ``received_time``; the ``time`` filter still
+    prunes whole files through their column statistics.
+    """
+    version = "" if snapshot_id is None else f" VERSION AS OF {int(snapshot_id)}"
+    return spark.sql(f"SELECT * FROM {lake.landing}{version}").where(within("time", ranges))
 
 
-def hours_in(start: datetime, end: datetime) -> list[datetime]:
-    """The UTC hours (as their start) that overlap ``[start, end)``."""
-    hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    hours = []
-    while hour < end:
-        hours.append(hour)
-        hour += _HOUR
-    return hours
+def read_appended(spark: SparkSession, lake: Lake, after: int, upto: int) -> DataFrame:
+    """Rows of the landing's append snapshots after ``after`` up to ``upto`` (inclusive).
 
-
-def _is_data_file(name: str) -> bool:
-    return name.endswith(".parquet") and not name.startswith(("_", "."))
-
-
-def _stable_files(fs: HadoopFS, hour_dir: str) -> list[str]:
-    """Data files of one hour from two equal listings with no compaction manifest in between."""
-    previous: list[tuple[str, bool]] | None = None
-    for _ in range(_LISTING_ATTEMPTS):
-        listing = fs.list(hour_dir)
-        busy = any(name.startswith(COMPACTION_MANIFEST_PREFIX) for name, _ in listing)
-        if not busy and listing == previous:
-            return [name for name, is_dir in listing if not is_dir and _is_data_file(name)]
-        previous = None if busy else listing
-        if busy:
-            time.sleep(_LISTING_PAUSE_S)
-    raise HourBusyError(
-        f"{hour_dir} is still being compacted after "
-        f"{_LISTING_ATTEMPTS * _LISTING_PAUSE_S:.0f} s; "
-        "run `python -m spark_jobs.compaction --recover` to finish or undo a crashed compaction"
+    Iceberg's incremental append scan: snapshots that add no new rows
+    (compaction's ``replace``) are skipped, so a compacted hour is not new data.
+    """
+    return (
+        spark.read.format("iceberg")
+        .option("start-snapshot-id", str(after))
+        .option("end-snapshot-id", str(upto))
+        .load(lake.landing)
     )
 
 
-def landing_files(spark: SparkSession, data_dir: str, start: datetime, end: datetime) -> list[str]:
-    """Qualified paths of the landing files of every hour overlapping ``[start, end)``.
-
-    Raises:
-        DataDirNotFoundError: ``data_dir`` does not exist.
-    """
-    fs = HadoopFS(spark, data_dir)
-    if not fs.is_dir(data_dir):
-        raise DataDirNotFoundError(f"data directory not found: {data_dir}")
-    root = landing_path(data_dir)
-    dates = {name for name, is_dir in fs.list(root) if is_dir}
-    files: list[str] = []
-    for hour in hours_in(start, end):
-        date_dir = f"date={hour:%Y-%m-%d}"
-        if date_dir not in dates:
-            continue
-        hour_dir = f"{root}/{date_dir}/hour={hour:%H}"
-        files.extend(fs.qualify(f"{hour_dir}/{name}") for name in _stable_files(fs, hour_dir))
-    return files
+def touched_hours(appended: DataFrame) -> list[datetime]:
+    """The UTC hours that the ``time`` of appended rows falls in."""
+    hours = appended.select(sf.date_trunc("hour", "time").alias("h")).distinct().collect()
+    return sorted(row["h"].replace(tzinfo=UTC) for row in hours if row["h"] is not None)
 
 
-def read_landing(spark: SparkSession, data_dir: str, start: datetime, end: datetime) -> DataFrame:
-    """Landing rows with ``start <= time < end``, read with the explicit landing schema.
-
-    Raises:
-        DataDirNotFoundError: ``data_dir`` does not exist.
-        NoDataError: no landing file in the hours of the range.
-    """
-    files = landing_files(spark, data_dir, start, end)
-    if not files:
-        raise NoDataError(
-            f"no landing data between {start:%Y-%m-%dT%H:%M}Z and {end:%Y-%m-%dT%H:%M}Z "
-            f"under {landing_path(data_dir)}"
-        )
-    root = HadoopFS(spark, data_dir).qualify(landing_path(data_dir))
-    rows = spark.read.schema(landing_schema()).option("basePath", root).parquet(*files)
-    return rows.where((sf.col("time") >= sf.lit(start)) & (sf.col("time") < sf.lit(end)))
-
-
-def write_rollup(rollup: DataFrame, data_dir: str, name: str) -> str:
-    """Write ``rollup`` under ``rollups/<name>/date=…/hour=…`` (from ``window_start``).
-
-    Replaces the partitions present in ``rollup`` and nothing else, so the
-    caller must pass every window of each hour it writes (the job does: it
-    works in whole hours). Returns the output path.
-    """
-    path = rollup_path(data_dir, name)
-    partitioned = rollup.withColumn(
-        "date", sf.date_format("window_start", "yyyy-MM-dd")
-    ).withColumn("hour", sf.date_format("window_start", "HH"))
+def _ensure_table(spark: SparkSession, table: str, rollup: DataFrame) -> None:
+    if spark.catalog.tableExists(table):
+        return
+    namespace = table.rsplit(".", 1)[0]
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+    empty = spark.createDataFrame([], rollup.schema)
     (
-        partitioned.repartition("date", "hour")
-        .write.mode("overwrite")
-        .option("partitionOverwriteMode", "dynamic")
-        .partitionBy("date", "hour")
-        .parquet(path)
+        empty.writeTo(table)
+        .using("iceberg")
+        .partitionedBy(sf.partitioning.hours("window_start"))
+        .tableProperty("format-version", "2")
+        .create()
     )
-    return path
+
+
+def write_output(
+    rollup: DataFrame,
+    lake: Lake,
+    name: str,
+    ranges: Sequence[Range],
+    landing_snapshot_id: int,
+) -> None:
+    """Replace the rows of ``ranges`` (by ``window_start``) in table ``name`` with ``rollup``.
+
+    One Iceberg commit, created with the table if absent. ``rollup`` must hold
+    every window of ``ranges`` (a window it lacks is left empty): the job's
+    ranges are whole hours, and it computes all of them.
+    """
+    table = lake.table(name)
+    _ensure_table(rollup.sparkSession, table, rollup)
+    (
+        rollup.writeTo(table)
+        .option(f"snapshot-property.{LANDING_SNAPSHOT_PROPERTY}", str(landing_snapshot_id))
+        .overwrite(within("window_start", ranges))
+    )
+
+
+def hour_ranges(hours: Iterable[datetime], after: timedelta = timedelta(0)) -> list[Range]:
+    """Each hour as a range, extended by ``after`` past its end, merged."""
+    return merge_ranges((h, h + timedelta(hours=1) + after) for h in hours)

@@ -1,15 +1,18 @@
 """The rollup job behind `kip714 rollup`, `python -m spark_jobs.job` and spark-submit.
 
-All three take the same arguments (``main(argv)``). The job works in whole
-hours: the range is widened to hour boundaries (and to the largest window),
-every rollup is recomputed from the landing for those hours and each output
-``date/hour`` partition is replaced, so a rerun over the same hours gives the
-same result and picks up data that landed late.
+All three take the same arguments (``main(argv)``). The job reads the landing
+table as of its newest snapshot and replaces whole hours of every rollup
+table (``gauges_1m`` … ``client_health_1h``), each in one Iceberg commit that
+records the landing snapshot it was computed from.
 
-Without ``--from``, the range is the current hour and the ``--lateness``
-before it (2 hours by default): an hourly schedule therefore revisits each
-hour three times, and data arriving up to 2 hours after its hour ended is
-included; anything later needs an explicit ``--from/--to`` rerun.
+Which hours: by default the current hour and the ``--lateness`` before it (2
+hours), or ``--from/--to``. With ``--incremental``, the hours that the rows
+appended since the last recorded landing snapshot fall in (late points
+reopen their hour), plus the ``DEFAULT_LOOKBACK`` after each (a late
+cumulative point changes its successor's delta).
+
+Whether there is anything to do is decided from the lake's metadata with
+pyiceberg before Spark starts (``metadata``), so an empty range costs no JVM.
 """
 
 from __future__ import annotations
@@ -28,58 +31,29 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as sf
+from pyspark.sql import SparkSession
 
-from spark_jobs import incremental, io
-from spark_jobs._hadoop import HadoopFS
-from spark_jobs.pipeline import plan_rollups, prepare_and_persist
-from spark_jobs.rollups import DEFAULT_LOOKBACK, parse_window, unrolled_points
+from spark_jobs import io, metadata
+from spark_jobs.jars import JarsUnavailableError
+from spark_jobs.lake import DEFAULT_NAMESPACE, Lake
+from spark_jobs.rollups import DEFAULT_LOOKBACK, parse_window, window_label
+from spark_jobs.run import JobSummary, run_rollups
 from spark_jobs.session import spark_session
 
-__all__ = ["DEFAULT_LATENESS", "JobSummary", "main", "parse_args", "run_batch"]
+__all__ = ["DEFAULT_LATENESS", "Plan", "main", "output_names", "parse_args", "plan"]
 
 DEFAULT_LATENESS = timedelta(hours=2)
 """How far before the current hour a run without ``--from`` reaches back."""
 
 _PROG = "kip714 rollup"
 _HOUR = 3600
-_RETRIES = 2
-
-
-@dataclass
-class JobSummary:
-    """What a run did, for the closing lines a user reads."""
-
-    start: datetime
-    end: datetime
-    rows_read: int = 0
-    written: dict[str, int] = field(default_factory=dict)
-    unrolled: list[tuple[str, str, int]] = field(default_factory=list)
-    top_latency: list[tuple[str, str, str, float]] = field(default_factory=list)
-
-    def render(self) -> str:
-        lines = [
-            f"{_PROG}: {self.start:%Y-%m-%dT%H:%M}Z .. {self.end:%Y-%m-%dT%H:%M}Z, "
-            f"{self.rows_read:,} data points read",
-        ]
-        lines += [f"  {name:<24} {rows:>10,} rows written" for name, rows in self.written.items()]
-        lines += [
-            f"  not rolled up: {points:,} {kind} points ({reason})"
-            for kind, reason, points in self.unrolled
-        ]
-        if self.top_latency:
-            lines.append("  top clients by p99 request latency (worst broker, ms):")
-            lines += [
-                f"    {p99:10.1f}  {client_id} ({kind}, instance {instance})"
-                for client_id, instance, kind, p99 in self.top_latency
-            ]
-        return "\n".join(lines)
+_DEFAULT_SHUFFLE_PARTITIONS = 4
+_ROWS_PER_PARTITION = 2_000_000
 
 
 def _time(text: str) -> datetime:
@@ -113,28 +87,63 @@ def _duration(text: str) -> timedelta:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=_PROG, description="Spark rollups over the landing.")
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Spark rollups over the lake.",
+        epilog="kip714 rollup also takes --config FILE: the server's config, whose [lake] "
+        "gives --catalog-uri, --warehouse and --namespace.",
+    )
     add = parser.add_argument
-    add("--data-dir", required=True, help="kip714 data directory (local path or Hadoop URI)")
+    add("--data-dir", help="kip714 data directory: the lake defaults to DIR/lake/")
+    add("--catalog-uri", help="the SQLite catalog file (default: DATA_DIR/lake/catalog.db)")
+    add("--warehouse", help="warehouse path or URI (default: DATA_DIR/lake/warehouse)")
+    add("--namespace", default=DEFAULT_NAMESPACE, help="namespace of the kip714 tables")
     add("--from", dest="start", type=_time, help="first time to roll up (ISO-8601, UTC)")
     add("--to", dest="end", type=_time, help="end of the range, exclusive (default: now)")
     add("--windows", type=_windows, default=_windows("1m,1h"), help="e.g. 1m,1h (default)")
     add("--master", help="Spark master URL (default: spark-submit's, else local[*])")
-    add("--incremental", action="store_true", help="Structured Streaming, availableNow")
-    add("--lateness", type=_duration, default=DEFAULT_LATENESS, help="default range; watermark")
+    add("--incremental", action="store_true", help="only hours touched since the last run")
+    add("--lateness", type=_duration, default=DEFAULT_LATENESS, help="reach of the default range")
     add("--top", type=int, default=10, help="clients per metric and hour in top_clients_1h")
     add("--top-by", default="p99", choices=("count", "avg", "max", "last", "p50", "p95", "p99"))
-    add("--shuffle-partitions", type=int, default=4)
+    add("--shuffle-partitions", type=int, help="default: sized to the data (1 per ~2M points)")
     add("--driver-memory", default="1g", help="when this process starts the JVM")
     add("--verbose", action="store_true", help="keep Spark's own log output on stderr")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if (args.catalog_uri is None or args.warehouse is None) and args.data_dir is None:
+        parser.error("--data-dir is needed unless --catalog-uri and --warehouse are given")
+    return args
 
 
-def _range(args: argparse.Namespace, now: datetime) -> tuple[datetime, datetime]:
-    """The run's range, widened to whole hours and to the largest window."""
+def lake_of(args: argparse.Namespace) -> Lake:
+    default = Lake.under(args.data_dir, args.namespace) if args.data_dir is not None else None
+    return Lake(
+        args.catalog_uri or (default.catalog_uri if default else ""),
+        args.warehouse or (default.warehouse if default else ""),
+        args.namespace,
+    )
+
+
+def output_names(windows: Sequence[int]) -> list[str]:
+    """Every table a run writes, in write order."""
+    names = [
+        f"{kind}_{window_label(timedelta(seconds=w))}"
+        for w in sorted(windows)
+        for kind in ("gauges", "sums", "histograms")
+    ]
+    return [*names, "top_clients_1h", "client_health_1h"]
+
+
+def _align(args: argparse.Namespace) -> int:
+    windows: list[int] = args.windows
+    return max(_HOUR, *windows)
+
+
+def _range(args: argparse.Namespace, now: datetime) -> io.Range:
+    """The batch range, widened to whole hours and to the largest window."""
     end: datetime = args.end or now
     start: datetime = args.start or (end - args.lateness)
-    align = max(_HOUR, *args.windows)
+    align = _align(args)
     start_s = int(start.timestamp()) // align * align
     end_s = -(-int(end.timestamp()) // align) * align
     if end_s <= start_s:
@@ -142,75 +151,89 @@ def _range(args: argparse.Namespace, now: datetime) -> tuple[datetime, datetime]
     return datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC)
 
 
-def _read_written(
-    spark: SparkSession, data_dir: str, name: str, start: datetime, end: datetime
-) -> DataFrame | None:
-    """The run's partitions of one output, read back (None if the run wrote none)."""
-    path = io.rollup_path(data_dir, name)
-    fs = HadoopFS(spark, path)
-    dirs = [f"{path}/date={h:%Y-%m-%d}/hour={h:%H}" for h in io.hours_in(start, end)]
-    present = [d for d in dirs if fs.exists(d)]
-    if not present:
-        return None
-    return spark.read.option("basePath", path).parquet(*present).drop("date", "hour")
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a run will do, decided from metadata alone (no JVM)."""
+
+    lake: Lake
+    snapshot_id: int
+    ranges: list[io.Range]
+    """Batch: the range to recompute. Incremental: empty until the appended rows are read."""
+    appended_after: int | None = None
+    """Incremental: the recorded landing snapshot to read appends after."""
+    estimated_rows: int | None = None
+    """Batch: rows of the landing files the range touches (an upper bound), None if unknown."""
+
+    def shuffle_partitions(self, given: int | None) -> int:
+        """``given``, else sized to the data: one per ~2M rows, 1 to 8.
+
+        Why: on a small run every extra shuffle partition is a task with a fixed
+        cost and nothing to do; AQE coalesces after the fact but still plans them.
+        """
+        if given is not None:
+            return given
+        if self.estimated_rows is None:
+            return _DEFAULT_SHUFFLE_PARTITIONS
+        return max(1, min(8, -(-self.estimated_rows // _ROWS_PER_PARTITION)))
 
 
-def run_batch(spark: SparkSession, args: argparse.Namespace, now: datetime) -> JobSummary:
-    """Compute and write every rollup for the run's range."""
+class NothingNewError(LookupError):
+    """An incremental run found no rows appended since the last recorded snapshot."""
+
+
+def plan(args: argparse.Namespace, now: datetime) -> Plan:
+    """Decide the run from the lake's metadata.
+
+    Raises:
+        io.NoDataError: no landing, or no point in the batch range.
+        NothingNewError: ``--incremental`` and nothing appended since the last run.
+    """
+    lake = lake_of(args)
+    state = metadata.lake_state(lake, output_names(args.windows))
+    if args.incremental and state.appended_since is not None:
+        if not state.appended_since:
+            raise NothingNewError(
+                f"nothing appended to the landing since snapshot {state.landing_snapshot_id}"
+            )
+        recorded = next(iter(state.recorded.values()))
+        return Plan(lake, state.landing_snapshot_id, [], appended_after=recorded)
     start, end = _range(args, now)
-    summary = JobSummary(start, end)
-    # Cumulative points need their predecessor: read DEFAULT_LOOKBACK before the range.
-    no_data = io.NoDataError(
-        f"no landing data between {start:%Y-%m-%dT%H:%M}Z and {end:%Y-%m-%dT%H:%M}Z "
-        f"under {io.landing_path(args.data_dir)}"
-    )
-    try:
-        points = io.read_landing(spark, args.data_dir, start - DEFAULT_LOOKBACK, end)
-    except io.NoDataError:
-        raise no_data from None
-    # One scan of the landing for the whole run: every rollup reads this projection.
-    prepared = prepare_and_persist(points)
-    rollups = None
-    try:
-        in_range = prepared.where(sf.col("time") >= sf.lit(start))
-        summary.rows_read = in_range.count()  # also materialises the projection
-        if summary.rows_read == 0:
-            raise no_data
-        rollups = plan_rollups(prepared, start, end, args.windows, top=args.top, top_by=args.top_by)
-        for name, rollup in rollups.outputs.items():
-            io.write_rollup(rollup, args.data_dir, name)
-        for name in rollups.outputs:
-            written = _read_written(spark, args.data_dir, name, start, end)
-            summary.written[name] = 0 if written is None else written.count()
-        summary.unrolled = [
-            (r["metric_type"], r["reason"], r["points"])
-            for r in unrolled_points(in_range).orderBy("metric_type", "reason").collect()
-        ]
-    finally:
-        if rollups is not None:
-            rollups.unpersist()
-        prepared.unpersist()
-    health = _read_written(spark, args.data_dir, "client_health_1h", start, end)
-    if health is not None:
-        worst = (
-            health.where(sf.col("request_latency_p99_ms").isNotNull())
-            .groupBy("client_id", "client_instance_id", "client_type")
-            .agg(sf.max("request_latency_p99_ms").alias("p99"))
-            .orderBy(sf.col("p99").desc(), "client_id", "client_instance_id")
-            .limit(5)
-            .collect()
+    rows = metadata.rows_in(lake, state.landing_snapshot_id, [(start, end)])
+    if rows == 0:
+        raise io.NoDataError(
+            f"no landing data between {start:%Y-%m-%dT%H:%M}Z and {end:%Y-%m-%dT%H:%M}Z "
+            f"in {lake.landing}"
         )
-        summary.top_latency = [
-            (str(r["client_id"]), str(r["client_instance_id"]), str(r["client_type"]), r["p99"])
-            for r in worst
-        ]
-    return summary
+    return Plan(lake, state.landing_snapshot_id, [(start, end)], estimated_rows=rows)
 
 
-def _is_missing_file(error: Exception) -> bool:
-    """A landing file vanished under the job: a compaction swap raced the read."""
-    text = str(error)
-    return "FileNotFoundException" in text or "FILE_NOT_EXIST" in text
+def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> JobSummary:
+    ranges = run_plan.ranges
+    if run_plan.appended_after is not None:
+        appended = io.read_appended(
+            spark, run_plan.lake, run_plan.appended_after, run_plan.snapshot_id
+        )
+        align = _align(args)
+        starts = {
+            datetime.fromtimestamp(int(h.timestamp()) // align * align, UTC)
+            for h in io.touched_hours(appended)
+        }
+        ranges = io.merge_ranges(
+            (s, s + timedelta(seconds=align) + DEFAULT_LOOKBACK) for s in starts
+        )
+        ranges = [(s, datetime.fromtimestamp(
+            -(-int(e.timestamp()) // align) * align, UTC)) for s, e in ranges]  # fmt: skip
+    return run_rollups(
+        spark,
+        run_plan.lake,
+        run_plan.snapshot_id,
+        ranges,
+        args.windows,
+        output_names(args.windows),
+        top=args.top,
+        top_by=args.top_by,
+        incremental_after=run_plan.appended_after,
+    )
 
 
 def _one_line(error: BaseException) -> str:
@@ -247,46 +270,46 @@ def _jvm_stderr_to(path: str | None) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the job; 0 on success, 2 for a usage or data error, 1 for a Spark failure."""
+    """Run the job; 0 on success (or nothing new), 2 for a usage or data error, 1 for a failure."""
     args = parse_args(argv)
-    if "://" not in args.data_dir and not os.path.isdir(args.data_dir):
+    local = args.data_dir is not None and "://" not in args.data_dir
+    if local and not os.path.isdir(args.data_dir):
         print(f"{_PROG}: error: data directory not found: {args.data_dir}", file=sys.stderr)
+        return 2
+    try:
+        run_plan = plan(args, datetime.now(UTC))
+    except NothingNewError as error:
+        print(f"{_PROG} --incremental: {error}")
+        return 0
+    except (io.NoDataError, ValueError) as error:
+        print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 2
     had_session = SparkSession.getActiveSession() is not None
     log_path = None
     if not had_session and not args.verbose and "PYSPARK_GATEWAY_PORT" not in os.environ:
         log_path = os.path.join(tempfile.gettempdir(), f"kip714-rollup-{os.getpid()}.log")
-    with _jvm_stderr_to(log_path):
-        spark = spark_session(
-            args.master,
-            shuffle_partitions=args.shuffle_partitions,
-            driver_memory=args.driver_memory,
-        )
     failed = True
+    spark = None
     try:
-        for attempt in range(_RETRIES + 1):
-            try:
-                if args.incremental:
-                    print(
-                        incremental.run(spark, args.data_dir, args.windows, args.lateness).render()
-                    )
-                else:
-                    print(run_batch(spark, args, datetime.now(UTC)).render())
-                failed = False
-                return 0
-            except (PySparkException, Py4JJavaError) as error:
-                if attempt == _RETRIES or not _is_missing_file(error):
-                    raise
-        return 1  # pragma: no cover - the loop returns or raises
-    except (io.DataDirNotFoundError, io.NoDataError, io.HourBusyError) as error:
+        with _jvm_stderr_to(log_path):
+            spark = spark_session(
+                args.master,
+                lake=run_plan.lake,
+                shuffle_partitions=run_plan.shuffle_partitions(args.shuffle_partitions),
+                driver_memory=args.driver_memory,
+            )
+        print(execute(spark, args, run_plan).render())
+        failed = False
+        return 0
+    except JarsUnavailableError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
-        return 2
+        return 1
     except (PySparkException, Py4JJavaError, OSError) as error:
         where = f" (Spark log: {log_path})" if log_path else ""
         print(f"{_PROG}: error: {_one_line(error)}{where}", file=sys.stderr)
         return 1
     finally:
-        if not had_session:
+        if spark is not None and not had_session:
             spark.stop()
         if log_path is not None and not failed:
             with contextlib.suppress(OSError):

@@ -17,13 +17,15 @@ materialised by their own write) and calls ``unpersist`` at the end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
+from spark_jobs.io import Range, within
 from spark_jobs.rollups import (
     client_health,
     gauge_rollup,
@@ -36,7 +38,15 @@ from spark_jobs.rollups import (
 from spark_jobs.rollups.histograms import histogram_rollup_from
 from spark_jobs.rollups.sums import sum_rollup_from
 
-__all__ = ["HOUR_S", "STORAGE", "RollupSet", "plan_rollups", "prepare_and_persist"]
+__all__ = [
+    "HOUR_S",
+    "STORAGE",
+    "RollupSet",
+    "ScanStats",
+    "plan_rollups",
+    "prepare_and_persist",
+    "scan_stats",
+]
 
 HOUR_S = 3600
 STORAGE = StorageLevel.DISK_ONLY
@@ -68,26 +78,45 @@ def prepare_and_persist(points: DataFrame) -> DataFrame:
     return prepare_points(points).persist(STORAGE)
 
 
+@dataclass(frozen=True, slots=True)
+class ScanStats:
+    rows: int
+    """Points in the run's ranges (the summary's "data points read")."""
+    max_buckets: int | None
+    """The longest histogram ``bucket_counts``, None without histograms."""
+
+
+def scan_stats(prepared: DataFrame, ranges: Sequence[Range]) -> ScanStats:
+    """One action over the prepared landing: it materialises the persisted projection too."""
+    histogram = sf.col("metric_type") == "histogram"
+    row = prepared.agg(
+        sf.count(sf.when(within("time", ranges), sf.lit(1))).alias("rows"),
+        sf.max(sf.when(histogram, sf.size("bucket_counts"))).alias("max_buckets"),
+    ).first()
+    assert row is not None
+    return ScanStats(int(row["rows"]), row["max_buckets"])
+
+
 def plan_rollups(
     prepared: DataFrame,
-    start: datetime,
-    end: datetime,
+    ranges: Sequence[Range],
     windows: list[int],
     *,
     top: int = 10,
     top_by: str = "p99",
+    max_buckets: int | None = None,
 ) -> RollupSet:
-    """Every output of a batch run over ``[start, end)`` (whole windows of the largest length).
+    """Every output of a run over ``ranges`` (whole windows of the largest length).
 
     ``prepared`` holds the prepared landing from ``DEFAULT_LOOKBACK`` before
-    ``start`` (cumulative points need their predecessor), ideally persisted.
+    each range (cumulative points need their predecessor), ideally persisted.
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
-    then ``top_clients_1h`` and ``client_health_1h``.
+    then ``top_clients_1h`` and ``client_health_1h``. ``max_buckets``
+    (``scan_stats``) lets histograms merge without per-element lambdas.
     """
     result = RollupSet()
-    in_range = prepared.where(sf.col("time") >= sf.lit(start))
-    window_start = sf.col("window_start")
-    inside = (window_start >= sf.lit(start)) & (window_start < sf.lit(end))
+    in_range = prepared.where(within("time", ranges))
+    inside = within("window_start", ranges)
     ordered = sorted(windows)
     base = ordered[0]
     derive = [w for w in ordered[1:] if w % base == 0]
@@ -100,10 +129,14 @@ def plan_rollups(
         window = timedelta(seconds=seconds)
         if seconds in derive:
             sums[seconds] = sum_rollup_from(sums[base], window)
-            histograms[seconds] = histogram_rollup_from(histograms[base], window)
+            histograms[seconds] = histogram_rollup_from(
+                histograms[base], window, max_buckets=max_buckets
+            )
         else:
             sums[seconds] = sum_rollup(prepared, window).where(inside)
-            histograms[seconds] = histogram_rollup(prepared, window).where(inside)
+            histograms[seconds] = histogram_rollup(prepared, window, max_buckets=max_buckets).where(
+                inside
+            )
         gauges[seconds] = gauge_rollup(in_range, window)
         if seconds == base and keep_base:
             sums[seconds] = result.keep(sums[seconds])

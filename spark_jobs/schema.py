@@ -1,19 +1,15 @@
-"""The Parquet landing schema as Spark sees it.
+"""The landing table's schema as Spark reads it from Iceberg.
 
-``spark_jobs`` may not import ``exporters``, so the landing schema is stated a
-second time here; ``tests/spark_jobs/test_schema_contract.py`` compares it
-field by field with the writer's pyarrow schema, which is the only place the
-two definitions meet.
+``spark_jobs`` may not import ``exporters``, so the landing's columns are
+stated a second time here; ``tests/spark_jobs/test_schema_contract.py``
+compares them with the landing writer's and with what Spark reads from a
+real table, which is the only place the definitions meet.
 
-Reading with an explicit schema (never inference) keeps every job and the
-streaming source on the same types whatever files are present, and makes a
-column the writer has not written yet read as null instead of failing.
-
-Types follow Spark's Parquet reader, not pyarrow's names: an unsigned 64-bit
-column (``count``, ``bucket_counts``, ...) can only be read as
-``decimal(20,0)`` (reading it as ``bigint`` fails inside the dictionary
-decoder), and ``timestamp[us, UTC]`` reads as ``TimestampType``. Rollups cast
-the unsigned columns to ``bigint`` once, in ``rollups.points``.
+Iceberg types, not Parquet's: times are ``timestamptz`` (µs) and read as
+``TimestampType``; the counts the OTLP payload carries as unsigned 64-bit
+(``count``, ``bucket_counts``, ...) are ``long``; ``node_id`` is the broker a
+per-broker metric describes, already decoded from the attributes by the
+landing, and ``ingest_node`` the kip714 node that landed the row.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from pyspark.sql.types import (
     ArrayType,
     BooleanType,
     DataType,
-    DecimalType,
     DoubleType,
     IntegerType,
     LongType,
@@ -33,9 +28,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["LANDING_SCHEMA", "PARTITION_COLUMNS", "landing_schema"]
+__all__ = ["LANDING_SCHEMA"]
 
-_U64: DataType = DecimalType(20, 0)
+_U64: DataType = LongType()
 _STRING_MAP: DataType = MapType(StringType(), StringType(), valueContainsNull=True)
 
 _FIELDS: tuple[tuple[str, DataType], ...] = (
@@ -75,27 +70,9 @@ _FIELDS: tuple[tuple[str, DataType], ...] = (
     ("scope_version", StringType()),
     ("terminating", BooleanType()),
     ("push_offset", LongType()),
+    ("node_id", StringType()),
+    ("ingest_node", StringType()),
 )
 
-PARTITION_COLUMNS: tuple[str, ...] = ("date", "hour")
-"""Hive partition columns of the landing: ``date=YYYY-MM-DD/hour=HH`` (UTC of the data point)."""
-
 LANDING_SCHEMA = StructType([StructField(name, kind, nullable=True) for name, kind in _FIELDS])
-"""The columns stored in each landing file, in the writer's order."""
-
-
-def landing_schema(*, with_partitions: bool = True) -> StructType:
-    """The landing schema, by default with the partition columns a directory read adds.
-
-    ``date`` stays a string (``2026-11-21``) so range pruning compares
-    ISO dates lexically; ``hour`` is an integer (``hour=03`` reads as 3).
-    """
-    if not with_partitions:
-        return LANDING_SCHEMA
-    return StructType(
-        [
-            *LANDING_SCHEMA.fields,
-            StructField("date", StringType(), nullable=True),
-            StructField("hour", IntegerType(), nullable=True),
-        ]
-    )
+"""The landing table's columns, in the writer's order."""

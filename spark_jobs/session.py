@@ -17,7 +17,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "spark_session"]
+from spark_jobs.lake import Lake
+
+__all__ = ["DEFAULT_MASTER", "ICEBERG_EXTENSIONS", "iceberg_conf", "spark_session"]
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 DEFAULT_MASTER = "local[*]"
 """Used when neither ``--master`` nor ``spark-submit`` names a master."""
@@ -30,9 +34,29 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def iceberg_conf(lake: Lake) -> dict[str, str]:
+    """Jars, SQL extensions and the ``kip714`` catalog for a session this process starts.
+
+    Under ``spark-submit`` the JVM already runs: jars and extensions must come
+    from its ``--jars``/``--conf`` (docs/rollups.md), and only the catalog
+    settings (runtime SQL settings) still apply.
+    """
+    # Imported here so that `python -m spark_jobs.jars` runs a module not yet imported.
+    from spark_jobs.jars import ICEBERG_PACKAGES, iceberg_jars  # noqa: PLC0415
+
+    conf = {"spark.sql.extensions": ICEBERG_EXTENSIONS, **lake.spark_conf()}
+    jars = iceberg_jars()
+    if jars is None:
+        conf["spark.jars.packages"] = ",".join(ICEBERG_PACKAGES)
+    else:
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars)
+    return conf
+
+
 def spark_session(
     master: str | None = None,
     *,
+    lake: Lake | None = None,
     app_name: str = "kip714-rollup",
     shuffle_partitions: int = 4,
     driver_memory: str = "1g",
@@ -55,8 +79,6 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
-        "spark.sql.sources.partitionOverwriteMode": "dynamic",
-        "spark.sql.parquet.compression.codec": "zstd",
         # The job persists its one projection of the landing: without this, Spark
         # packs a run's hour files into one split per core, and a 5M-row cache block
         # read back from disk overflowed a 1 GiB heap at 10M points. One split per
@@ -68,6 +90,7 @@ def spark_session(
         "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536",
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+        **(iceberg_conf(lake) if lake is not None else {}),
         **(extra_conf or {}),
     }
     for key, value in conf.items():

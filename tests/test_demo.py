@@ -1,4 +1,4 @@
-"""``kip714 demo`` end to end: server, real clients, landing, rollups, health view."""
+"""``kip714 demo`` end to end: server, real clients, the lake, rollups, health view."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-import pyarrow.dataset as ds
+from pyiceberg.catalog.sql import SqlCatalog
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,7 +33,10 @@ def test_demo_runs_the_whole_product(tmp_path: Path) -> None:
     page = data / "report.html"
     assert f"HTML report (open it in a browser): {page}" in out
     assert "demo-producer-0" in page.read_text()
-    landed = ds.dataset(data / "metrics", format="parquet", partitioning="hive").count_rows()
-    assert landed > 0
-    health = ds.dataset(data / "rollups" / "client_health_1h", partitioning="hive").to_table()
+    lake = data / "lake"
+    catalog = SqlCatalog(
+        "kip714", uri=f"sqlite:///{lake / 'catalog.db'}", warehouse=f"file://{lake / 'warehouse'}"
+    )
+    assert catalog.load_table("kip714.metrics").scan().to_arrow().num_rows > 0
+    health = catalog.load_table("kip714.client_health_1h").scan().to_arrow()
     assert sorted(health.column("client_id").to_pylist()) == ["demo-consumer-0", "demo-producer-0"]

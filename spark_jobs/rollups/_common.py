@@ -1,11 +1,10 @@
-"""What every rollup shares: window parsing, the client key, node-id normalisation.
+"""What every rollup shares: window parsing, the client key, the prepared projection.
 
 Rollups group by metric and client (``client_id``, ``client_instance_id``,
 software name and version) and, where the data point carries it, the broker
-the metric describes. librdkafka names that attribute ``node.id`` and the
-Java client ``node_id`` (it snake-cases Kafka's ``node-id`` tag); both, and
-the raw ``node-id`` form, become one ``node_id`` column so a dashboard sees
-one broker however the client spells it.
+the metric describes: the landing's ``node_id`` column, which the landing
+decodes from whichever attribute the client used (librdkafka ``node.id``, the
+Java client ``node_id``), so no rollup reads the attribute map for it.
 """
 
 from __future__ import annotations
@@ -19,9 +18,6 @@ from pyspark.sql import functions as sf
 __all__ = [
     "CLIENT_COLUMNS",
     "KEY_COLUMNS",
-    "NODE_ID_ATTRIBUTES",
-    "node_id_column",
-    "normalise_node_id",
     "parse_window",
     "prepare_points",
     "series_attributes",
@@ -40,9 +36,6 @@ CLIENT_COLUMNS: tuple[str, ...] = (
 
 KEY_COLUMNS: tuple[str, ...] = ("metric_name", *CLIENT_COLUMNS, "node_id")
 """The grouping key of the gauge, sum and histogram rollups (after the window)."""
-
-NODE_ID_ATTRIBUTES: tuple[str, ...] = ("node.id", "node_id", "node-id")
-"""Attribute keys naming the broker a per-node metric describes, first match wins."""
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -83,16 +76,6 @@ def window_label(window: str | timedelta) -> str:
     return f"{seconds}s"
 
 
-def node_id_column(attributes: str = "attributes") -> Column:
-    """The broker node id of a data point, whichever client spelled the attribute."""
-    return sf.coalesce(*(sf.col(attributes).getItem(key) for key in NODE_ID_ATTRIBUTES))
-
-
-def normalise_node_id(df: DataFrame) -> DataFrame:
-    """Add ``node_id`` (string, null when the point is not per-broker)."""
-    return df.withColumn("node_id", node_id_column())
-
-
 def series_attributes(attributes: str = "attributes") -> Column:
     """A map's entries in key order: a groupable stand-in for the map (maps cannot be keys)."""
     return sf.array_sort(sf.map_entries(sf.coalesce(sf.col(attributes), sf.create_map())))
@@ -116,15 +99,14 @@ PREPARED_POINT_COLUMNS = (
 
 
 def prepare_points(points: DataFrame) -> DataFrame:
-    """The landing rows narrowed to what the rollups read, with ``node_id`` decoded once.
+    """The landing rows narrowed to what the rollups read.
 
-    Why: decoding the ``attributes`` map and reading the wide landing row was
-    repeated by every rollup; the job now prepares the landing once, persists
-    the result and feeds it to all rollups of a run. The map survives only as
-    ``_series`` (its sorted entries), and only on cumulative points, the only
-    ones that need their exact series. Unsigned counts are cast to ``bigint``
-    here, once. Idempotent: a prepared frame is returned as it is, so every
-    rollup can call it on raw landing rows or on the job's prepared frame.
+    Why: reading the wide landing row was repeated by every rollup; the job
+    now prepares the landing once, persists the result and feeds it to all
+    rollups of a run. The attribute map survives only as ``_series`` (its
+    sorted entries), and only on cumulative points, the only ones that need
+    their exact series. Idempotent: a prepared frame is returned as it is, so
+    every rollup can call it on landing rows or on the job's prepared frame.
     """
     if PREPARED_MARKER in points.columns:
         return points
@@ -135,16 +117,16 @@ def prepare_points(points: DataFrame) -> DataFrame:
         "metric_name",
         "metric_type",
         *CLIENT_COLUMNS,
-        node_id_column().alias("node_id"),
+        "node_id",
         "temporality",
         "is_monotonic",
         "push_offset",
         "value",
-        sf.col("count").cast("bigint").alias("count"),
+        "count",
         "sum",
         "min",
         "max",
-        sf.col("bucket_counts").cast("array<bigint>").alias("bucket_counts"),
+        "bucket_counts",
         "explicit_bounds",
         sf.when(cumulative, series_attributes()).alias(PREPARED_MARKER),
     )

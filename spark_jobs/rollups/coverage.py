@@ -17,10 +17,12 @@ from spark_jobs.rollups.histograms import valid_histogram
 __all__ = ["unrolled_points"]
 
 
-def unrolled_points(points: DataFrame) -> DataFrame:
-    """Points no rollup uses, by reason.
+def unrolled_points(points: DataFrame, *, by_metric: bool = False) -> DataFrame:
+    """Points no rollup uses, by reason (and ``metric_name`` with ``by_metric``).
 
-    Output: ``metric_type, reason`` (string), ``points`` (bigint). Reasons:
+    Output: ``metric_type, reason`` (string), [``metric_name``,] ``points``
+    (bigint). Naming the metrics tells a user *which* gauges came without a
+    value (the Java client's averages over an empty window are NaN). Reasons:
     ``not supported`` (exponential histograms, summaries, unknown types),
     ``no value`` (gauges and sums whose value was NaN/±inf/absent at the
     source) and ``malformed buckets`` (histograms, see ``histograms``).
@@ -31,7 +33,8 @@ def unrolled_points(points: DataFrame) -> DataFrame:
         .when((metric_type == "histogram") & ~valid_histogram(), "malformed buckets")
         .when(~metric_type.isin("gauge", "sum", "histogram"), "not supported")
     )
-    flagged = points.select("metric_type", reason.alias("reason")).where(
+    keys = ["metric_type", "reason", *(["metric_name"] if by_metric else [])]
+    flagged = points.select("metric_type", "metric_name", reason.alias("reason")).where(
         sf.col("reason").isNotNull()
     )
-    return flagged.groupBy("metric_type", "reason").agg(sf.count(sf.lit(1)).alias("points"))
+    return flagged.groupBy(*keys).agg(sf.count(sf.lit(1)).alias("points"))

@@ -149,7 +149,11 @@ def _deltas(points: DataFrame, lookback: timedelta) -> DataFrame:
 
 
 def histogram_rollup(
-    points: DataFrame, window: str | timedelta, *, lookback: timedelta = DEFAULT_LOOKBACK
+    points: DataFrame,
+    window: str | timedelta,
+    *,
+    lookback: timedelta = DEFAULT_LOOKBACK,
+    max_buckets: int | None = None,
 ) -> DataFrame:
     """Merged histograms per window, key and bucket layout.
 
@@ -160,6 +164,9 @@ def histogram_rollup(
     from the merged buckets). Cumulative histograms are differenced per
     series like cumulative sums (see ``_cumulative``); their ``min``/``max``
     only count when a point is taken whole (new series or reset).
+
+    ``max_buckets`` (at least the longest ``bucket_counts`` of the input)
+    selects the plan without per-element lambdas (``_merged``).
     """
     seconds = parse_window(window)
     aggregated = (
@@ -168,13 +175,15 @@ def histogram_rollup(
         .agg(
             sf.count(sf.lit(1)).alias("points"),
             sf.sum("_baseline").cast("bigint").alias("baseline_points"),
-            *_merged(),
+            *_merged(max_buckets),
         )
     )
     return _finish(aggregated)
 
 
-def histogram_rollup_from(histograms: DataFrame, window: str | timedelta) -> DataFrame:
+def histogram_rollup_from(
+    histograms: DataFrame, window: str | timedelta, *, max_buckets: int | None = None
+) -> DataFrame:
     """A longer window's histogram rollup from a shorter window's ``histogram_rollup`` output.
 
     Why: points, counts, sums, min/max and bucket counts all compose (sums,
@@ -188,24 +197,47 @@ def histogram_rollup_from(histograms: DataFrame, window: str | timedelta) -> Dat
     ).agg(
         sf.sum("points").alias("points"),
         sf.sum("baseline_points").alias("baseline_points"),
-        *_merged(),
+        *_merged(max_buckets),
     )
     return _finish(aggregated)
 
 
-def _merged() -> list[Column]:
-    """Aggregates that merge histograms: sums, min/max and element-wise bucket counts."""
+def _bucket_sums(max_buckets: int) -> Column:
+    """Element-wise sums as one ``sum`` per bucket index: plain hash aggregation, no lambdas.
+
+    Every point of a group has the same layout (``explicit_bounds`` is in the
+    key, malformed points are left out), so the sums of the first ``size``
+    indexes are the merged buckets; the indexes past it sum only nulls.
+    """
+    sums = [
+        sf.sum(sf.try_element_at("bucket_counts", sf.lit(i))) for i in range(1, max_buckets + 1)
+    ]
+    return sf.slice(sf.array(*sums), 1, sf.max(sf.size("bucket_counts")))
+
+
+def _merged(max_buckets: int | None = None) -> list[Column]:
+    """Aggregates that merge histograms: sums, min/max and element-wise bucket counts.
+
+    With ``max_buckets`` the buckets are summed per index (``_bucket_sums``),
+    which measured faster than folding ``collect_list`` with ``zip_with``;
+    without it (the longest layout unknown) the fold is used.
+    """
     zeros = sf.array_repeat(sf.lit(0).cast("bigint"), sf.max(sf.size("bucket_counts")))
+    merged = (
+        _bucket_sums(max_buckets)
+        if max_buckets
+        else sf.aggregate(
+            sf.collect_list("bucket_counts"),
+            zeros,
+            lambda acc, x: sf.zip_with(acc, x, lambda a, b: a + b),
+        )
+    )
     return [
         sf.sum("count").cast("bigint").alias("count"),
         sf.sum("sum").alias("sum"),
         sf.min("min").alias("min"),
         sf.max("max").alias("max"),
-        sf.aggregate(
-            sf.collect_list("bucket_counts"),
-            zeros,
-            lambda acc, x: sf.zip_with(acc, x, lambda a, b: a + b),
-        ).alias("bucket_counts"),
+        merged.alias("bucket_counts"),
     ]
 
 

@@ -18,24 +18,30 @@ so the same validation, error codes and messages, durability and precedence:
 * ``GET /admin/metadata`` — the store, its offset and the records of this
   node's image (``metadata_json.py``).
 
-Authentication: with ``[admin] token`` every request needs ``Authorization:
-Bearer <token>`` (401 otherwise). Without a token the API answers only when
-the HTTP listener is bound to a loopback address (403 otherwise): whoever can
-reach loopback already runs on the machine. A refused change answers 400
-(Kafka's 40 / 42), 429 (89) or 500, with ``error_code`` and ``error``.
+Authentication and the browser rules (Origin, Host, Content-Type) are the
+one authorizer's (:mod:`telemetry.admin.authorizer`, with
+:mod:`telemetry.admin.http_guard`). Every change that is not
+``validate_only`` draws one token from the caller's strict
+``controller_mutation_rate`` (KIP-599, as on the Kafka listener; the caller
+is the client certificate's principal, else ``ANONYMOUS``, client id ``""``).
+A refused change answers 400 (Kafka's 40 / 42), 429 (89, with
+``Retry-After``) or 500, with ``error_code`` and ``error``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
 from quotas import DEFAULT
-from telemetry.admin.authorizer import Authorizer, is_loopback
+from telemetry.admin.authorizer import THROTTLED_MESSAGE
 from telemetry.admin.metadata_json import metadata_json
+from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.http.principal import request_user
 from telemetry.wire.config_messages import (
     AlterableConfig,
     AlterConfigOp,
@@ -53,8 +59,9 @@ from telemetry.wire.quota_messages import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
+    from telemetry.admin.authorizer import Authorizer
     from telemetry.admin.plane import AdminPlane
-    from telemetry.enforcement import QuotaSettings
+    from telemetry.enforcement import ClientQuotas, QuotaSettings
     from telemetry.wire.config_messages import DescribeConfigsResult
 
 __all__ = ["add_admin_routes"]
@@ -128,24 +135,55 @@ def _static_quota_entities(
     return entities
 
 
+class _ThrottledError(Exception):
+    """The caller's ``controller_mutation_rate`` refused the change (429)."""
+
+    def __init__(self, throttle_ms: int) -> None:
+        super().__init__(throttle_ms)
+        self.throttle_ms = throttle_ms
+
+
 class _AdminRoutes:
-    def __init__(self, plane: AdminPlane, authorizer: Authorizer) -> None:
+    def __init__(
+        self,
+        plane: AdminPlane,
+        authorizer: Authorizer,
+        quotas: ClientQuotas,
+        clock: Callable[[], int],
+    ) -> None:
         self.plane = plane
         self.authorizer = authorizer
+        self.quotas = quotas
+        self.clock = clock
 
     def guarded(
         self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def guard(request: web.Request) -> web.StreamResponse:
-            refusal = self.authorizer.http_admin_refusal(request.headers.get("Authorization", ""))
+            refusal = self.authorizer.http_admin_request_refusal(request)
             if refusal is not None:
                 return _error(refusal.status, refusal.message)
             try:
                 return await handler(request)
             except _BadRequestError as error:
                 return _error(400, str(error))
+            except _ThrottledError as throttled:
+                response = _error(429, THROTTLED_MESSAGE, int(ErrorCode.THROTTLING_QUOTA_EXCEEDED))
+                response.headers["Retry-After"] = str(
+                    max(1, math.ceil(throttled.throttle_ms / 1000))
+                )
+                return response
 
         return guard
+
+    def _draw(self, request: web.Request, validate_only: bool) -> None:
+        """One strict mutation token for the one resource or entity a call changes."""
+        if validate_only:
+            return
+        entity = ClientEntity(request_user(request), "")
+        admitted, throttle_ms = self.quotas.draw_mutations(entity, 1, self.clock())
+        if not admitted:
+            raise _ThrottledError(throttle_ms)
 
     async def metadata(self, request: web.Request) -> web.Response:
         return web.json_response(metadata_json(self.plane.store))
@@ -183,9 +221,9 @@ class _AdminRoutes:
             else:
                 for key, value in _string_map(body, field).items():
                     ops.append(AlterableConfig(name=key, config_operation=operation, value=value))
-        return await self._alter_subscription(
-            request.match_info["name"], tuple(ops), _validate_only(body)
-        )
+        validate_only = _validate_only(body)
+        self._draw(request, validate_only)
+        return await self._alter_subscription(request.match_info["name"], tuple(ops), validate_only)
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -196,7 +234,9 @@ class _AdminRoutes:
             AlterableConfig(name=key, config_operation=AlterConfigOp.DELETE, value=None)
             for key in sorted(dynamic)
         )
-        return await self._alter_subscription(name, ops, _query_flag(request, "validate_only"))
+        validate_only = _query_flag(request, "validate_only")
+        self._draw(request, validate_only)
+        return await self._alter_subscription(name, ops, validate_only)
 
     async def _alter_subscription(
         self, name: str, ops: tuple[AlterableConfig, ...], validate_only: bool
@@ -244,7 +284,9 @@ class _AdminRoutes:
         ops = [QuotaOp(key=key, value=0.0, remove=True) for key in _string_list(body, "delete")]
         for key, value in _number_map(body, "set").items():
             ops.append(QuotaOp(key=key, value=value))
-        return await self._alter_quotas(entity, tuple(ops), _validate_only(body))
+        validate_only = _validate_only(body)
+        self._draw(request, validate_only)
+        return await self._alter_quotas(entity, tuple(ops), validate_only)
 
     async def delete_quotas(self, request: web.Request) -> web.Response:
         names = {t: request.query[t] for t in ENTITY_TYPES if t in request.query}
@@ -254,7 +296,9 @@ class _AdminRoutes:
         if not current:
             return _error(404, "this entity has no dynamic quota")
         ops = tuple(QuotaOp(key=k, value=0.0, remove=True) for k in sorted(current))
-        return await self._alter_quotas(entity, ops, _query_flag(request, "validate_only"))
+        validate_only = _query_flag(request, "validate_only")
+        self._draw(request, validate_only)
+        return await self._alter_quotas(entity, ops, validate_only)
 
     async def _alter_quotas(
         self, entity: tuple[EntityData, ...], ops: tuple[QuotaOp, ...], validate_only: bool
@@ -375,18 +419,12 @@ def add_admin_routes(
     app: web.Application,
     plane: AdminPlane,
     *,
-    token: str | None = None,
-    http_host: str = "",
-    authorizer: Authorizer | None = None,
+    authorizer: Authorizer,
+    quotas: ClientQuotas,
+    clock: Callable[[], int],
 ) -> None:
-    """The ``/admin/`` routes; see the module docstring for the API and its authentication.
-
-    ``authorizer`` is the server's one authorizer; without it, one is made
-    from ``token`` and whether ``http_host`` is a loopback address.
-    """
-    if authorizer is None:
-        authorizer = Authorizer(admin_token=token, admin_loopback=is_loopback(http_host))
-    routes = _AdminRoutes(plane, authorizer)
+    """The ``/admin/`` routes; see the module docstring for the API and its authentication."""
+    routes = _AdminRoutes(plane, authorizer, quotas, clock)
     guarded = routes.guarded
     app.router.add_get("/admin/subscriptions", guarded(routes.list_subscriptions))
     app.router.add_get("/admin/subscriptions/{name}", guarded(routes.describe_subscription))

@@ -26,8 +26,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
-from quotas import ThrottlingQuotaExceededError
-from telemetry.admin.authorizer import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, principal_of
+from telemetry.admin.authorizer import (
+    CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+    THROTTLED_MESSAGE,
+    principal_of,
+)
 from telemetry.admin.plane import unsupported_resource_message
 from telemetry.admin.quota_alter import with_kafka_key_names
 from telemetry.errors import ErrorCode, TelemetryError
@@ -91,7 +94,27 @@ API_NAMES: Final = {
     AdminApiKey.ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
     AdminApiKey.LIST_CONFIG_RESOURCES: "ListConfigResources",
 }
-_THROTTLED_MESSAGE: Final = "The throttling quota has been exceeded."
+
+
+DESCRIBE_CHUNK: Final = 100
+"""DescribeConfigs resources described between two yields to the event loop."""
+
+
+def _describe_failed(
+    request: DescribeConfigsRequest, error: BaseException, throttle: int
+) -> DescribeConfigsResponse:
+    return DescribeConfigsResponse(
+        results=tuple(
+            DescribeConfigsResult(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                error_message=str(error),
+            )
+            for r in request.resources
+        ),
+        throttle_time_ms=throttle,
+    )
 
 
 class KafkaAdminHandlers:
@@ -149,6 +172,12 @@ class KafkaAdminHandlers:
         match request:
             case DescribeConfigsRequest():
                 throttle = finish(0)
+                if len(request.resources) > DESCRIBE_CHUNK:
+                    return self._pending(
+                        self._describe_yielding(request, reply, throttle),
+                        lambda error: reply(_describe_failed(request, error, throttle)),
+                        throttle,
+                    )
                 results = tuple(
                     self._describe(
                         r.resource_type,
@@ -174,6 +203,27 @@ class KafkaAdminHandlers:
         raise CloseConnectionError(f"no handler for {type(request).__name__}")
 
     # -- reads -------------------------------------------------------------------------------
+
+    async def _describe_yielding(
+        self,
+        request: DescribeConfigsRequest,
+        reply: Callable[[AdminResponse], bytes],
+        throttle: int,
+    ) -> bytes:
+        """A long DescribeConfigs answer built :data:`DESCRIBE_CHUNK` resources at a time,
+        the event loop serving other connections between chunks."""
+        results: list[DescribeConfigsResult] = []
+        resources = request.resources
+        for start in range(0, len(resources), DESCRIBE_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            results.extend(
+                self._describe(
+                    r.resource_type, r.resource_name, r.configuration_keys, request.include_synonyms
+                )
+                for r in resources[start : start + DESCRIBE_CHUNK]
+            )
+        return reply(DescribeConfigsResponse(results=tuple(results), throttle_time_ms=throttle))
 
     def _describe(
         self,
@@ -227,16 +277,7 @@ class KafkaAdminHandlers:
 
     def _draw(self, entity: ClientEntity, count: int) -> tuple[int, int]:
         """Strict KIP-599 draws, one per item: how many were admitted, and the throttle."""
-        now_ms = self.clock()
-        quota = self.enforcement.clients.mutations.new_quota_for(
-            entity.user, entity.client_id, True, now_ms
-        )
-        for admitted in range(count):
-            try:
-                quota.record(1.0, now_ms)
-            except ThrottlingQuotaExceededError as refused:
-                return admitted, refused.throttle_time_ms
-        return count, 0
+        return self.enforcement.clients.draw_mutations(entity, count, self.clock())
 
     def _alter_configs(
         self,
@@ -270,7 +311,7 @@ class KafkaAdminHandlers:
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
                 error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                error_message=_THROTTLED_MESSAGE,
+                error_message=THROTTLED_MESSAGE,
             )
             for r in resources[admitted:]
         )
@@ -330,7 +371,7 @@ class KafkaAdminHandlers:
             AlterClientQuotasResult(
                 entity=entry.entity,
                 error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                error_message=_THROTTLED_MESSAGE,
+                error_message=THROTTLED_MESSAGE,
             )
             for entry in entries[admitted:]
         )

@@ -5,7 +5,11 @@ AlterUserScramCredentials change is appended (and fsynced) off the event
 loop before it is acknowledged. Who may describe or alter them: every
 principal when the server has no ``[security]`` section (a Kafka broker
 without an authorizer), else only ``super_users``
-(CLUSTER_AUTHORIZATION_FAILED, 31, for the others).
+(CLUSTER_AUTHORIZATION_FAILED, 31, for the others): the one
+:class:`~telemetry.admin.authorizer.Authorizer`. Each user an
+AlterUserScramCredentials changes draws one token from the caller's strict
+``controller_mutation_rate``, as every other admin change does; the users
+past the caller's tokens are refused with THROTTLING_QUOTA_EXCEEDED (89).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Final
 
-from telemetry.admin.authorizer import Authorizer
+from telemetry.admin.authorizer import THROTTLED_MESSAGE, Authorizer
 from telemetry.errors import ErrorCode
 from telemetry.kafka.pending import Pending
 from telemetry.metastore import RemoveUserScramCredentialRecord, UserScramCredentialRecord
@@ -47,6 +51,9 @@ from telemetry.wire.scram_messages import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from telemetry.enforcement import ClientQuotas
     from telemetry.kafka.connection import ConnectionState, PendingResponse
     from telemetry.kafka.table import ApiTable
     from telemetry.metastore import MetadataImage, MetadataRecord
@@ -72,9 +79,19 @@ _MAX_TRAILING_ZEROS: Final = 2
 class ScramAdmin:
     """The SCRAM admin APIs of one Kafka listener, over the metadata store."""
 
-    def __init__(self, authorizer: Authorizer, store: MetadataBackend | None) -> None:
+    def __init__(
+        self,
+        authorizer: Authorizer,
+        store: MetadataBackend | None,
+        *,
+        quotas: ClientQuotas | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.authorizer = authorizer
         self.store = store
+        #: The strict ``controller_mutation_rate`` every alteration draws from (None: unbounded).
+        self.quotas = quotas
+        self.clock = clock
 
     def register(self, table: ApiTable) -> None:
         """Both APIs at v0, behind the listener's SASL gate."""
@@ -123,15 +140,19 @@ class ScramAdmin:
                 )
             )
             return encode_admin_response(correlation_id, api_key, version, refused), 0
-        results, records = alter_scram_credentials(self.store.image, request)
+        request, throttled, throttle = self._draw_mutations(state, request)
+        results, records = alter_scram_credentials(
+            self.store.image, request, secured=self.authorizer.super_users is not None
+        )
+        results += throttled
         if not records:
-            answer = AlterUserScramCredentialsResponse(results=results)
-            return encode_admin_response(correlation_id, api_key, version, answer), 0
+            answer = AlterUserScramCredentialsResponse(results=results, throttle_time_ms=throttle)
+            return encode_admin_response(correlation_id, api_key, version, answer), throttle
         appended = asyncio.get_running_loop().run_in_executor(None, self.store.append, records)
 
         def durable(_: MetadataImage) -> tuple[bytes, int]:
-            response = AlterUserScramCredentialsResponse(results=results)
-            return encode_admin_response(correlation_id, api_key, version, response), 0
+            response = AlterUserScramCredentialsResponse(results=results, throttle_time_ms=throttle)
+            return encode_admin_response(correlation_id, api_key, version, response), throttle
 
         def failed(error: BaseException) -> tuple[bytes, int]:
             _log.error("the metadata store could not take SCRAM credentials: %s", error)
@@ -145,10 +166,39 @@ class ScramAdmin:
                 else result
                 for result in results
             )
-            response = AlterUserScramCredentialsResponse(results=refused)
-            return encode_admin_response(correlation_id, api_key, version, response), 0
+            response = AlterUserScramCredentialsResponse(results=refused, throttle_time_ms=throttle)
+            return encode_admin_response(correlation_id, api_key, version, response), throttle
 
         return Pending(appended, durable, failed)
+
+    def _draw_mutations(
+        self, state: ConnectionState, request: AlterUserScramCredentialsRequest
+    ) -> tuple[AlterUserScramCredentialsRequest, tuple[AlterUserScramCredentialsResult, ...], int]:
+        """One mutation token per user changed; the request narrowed to the admitted users."""
+        if self.quotas is None or self.clock is None:
+            return request, (), 0
+        users = list(
+            dict.fromkeys(
+                [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+            )
+        )
+        admitted, throttle = self.quotas.draw_mutations(state.entity, len(users), self.clock())
+        if admitted == len(users):
+            return request, (), 0
+        keep = frozenset(users[:admitted])
+        narrowed = AlterUserScramCredentialsRequest(
+            deletions=tuple(d for d in request.deletions if d.name in keep),
+            upsertions=tuple(u for u in request.upsertions if u.name in keep),
+        )
+        throttled = tuple(
+            AlterUserScramCredentialsResult(
+                user=user,
+                error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED),
+                error_message=THROTTLED_MESSAGE,
+            )
+            for user in users[admitted:]
+        )
+        return narrowed, throttled, throttle
 
 
 def _decode_scram_admin(
@@ -246,7 +296,7 @@ def _upsertion_refusal(upsertion: ScramCredentialUpsertion) -> tuple[int, str] |
 
 
 def alter_scram_credentials(
-    image: MetadataImage, request: AlterUserScramCredentialsRequest
+    image: MetadataImage, request: AlterUserScramCredentialsRequest, *, secured: bool = False
 ) -> tuple[tuple[AlterUserScramCredentialsResult, ...], tuple[MetadataRecord, ...]]:
     """Kafka's ``ScramControlManager.alterCredentials``: a result per user, the records to append.
 
@@ -304,6 +354,7 @@ def alter_scram_credentials(
                 stored_key=credential.stored_key,
                 server_key=credential.server_key,
                 iterations=credential.iterations,
+                secured=secured,
             )
         )
     results = tuple(

@@ -1,10 +1,11 @@
 """``kip714 demo``: the whole product on this machine, in one bounded command.
 
 It starts ``kip714 serve`` on free loopback ports with a short push interval
-and the Parquet landing, runs real librdkafka producers and consumers against
-it for a while, stops them (their terminating pushes land too), stops the
-server, runs the Spark rollups, and prints the per-client health view. The
-data directory is kept so a newcomer can look at the Parquet afterwards.
+and the lake's landing table, runs real librdkafka producers and consumers
+against it for a while, stops them (their terminating pushes land too), stops
+the server, runs the Spark rollups on the lake, and prints the per-client
+health view from the ``client_health_1h`` table. The data directory is kept so
+a newcomer can look at the lake afterwards (``demo_lake``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from telemetry.cli import demo_lake
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -36,10 +39,9 @@ metrics = ["*"]
 "interval.ms" = {interval_ms}
 
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 path = "{data_dir}"
-max_file_age_s = 5
 """
 
 _HEALTH_COLUMNS = (
@@ -92,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         connections = _accepted_connections(http)
     finally:
         _stop_server(server)
-    points = _count_landed(data_dir)
-    print(f"  landed {points} data points in {data_dir / 'metrics'}")
+    points = demo_lake.landed_points(data_dir)
+    print(f"  landed {points} data points in {data_dir / 'lake'}")
     if points == 0:
         print("kip714 demo: nothing landed; see serve.log", file=sys.stderr)
         return 1
@@ -200,24 +202,12 @@ def _stop_server(server: subprocess.Popen[bytes]) -> None:
             server.wait(10)
 
 
-def _count_landed(data_dir: Path) -> int:
-    import pyarrow.dataset as ds  # noqa: PLC0415
-
-    metrics = data_dir / "metrics"
-    if not metrics.exists():
-        return 0
-    return int(ds.dataset(metrics, format="parquet", partitioning="hive").count_rows())
-
-
 def _print_health(data_dir: Path) -> None:
-    import pyarrow.dataset as ds  # noqa: PLC0415
-
-    path = data_dir / "rollups" / "client_health_1h"
-    if not path.exists():
+    rows = demo_lake.health_rows(data_dir)
+    if rows is None:
         print("  (no client_health_1h rollup was written)")
         return
-    rows = ds.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist()
-    print(f"\nPer-client health, hourly ({path}):")
+    print(f"\nPer-client health, hourly (table kip714.client_health_1h in {data_dir / 'lake'}):")
     print("  " + " ".join(f"{title:>{width}}" for _, title, width in _HEALTH_COLUMNS))
     for row in sorted(rows, key=lambda r: (str(r.get("client_type")), str(r.get("client_id")))):
         cells = []

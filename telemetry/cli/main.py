@@ -25,6 +25,7 @@ from telemetry.cli import lake as lake_cli
 from telemetry.cli import log as log_cli
 from telemetry.cli import meta as meta_cli
 from telemetry.cli.log_setup import configure_logging
+from telemetry.cli.rollup_args import RollupConfigError, rollup_argv
 from telemetry.errors import ConfigError
 from telemetry.kafka.settings import DEFAULT_KAFKA_LISTEN
 from telemetry.server.bootstrap import Server, StartupError
@@ -173,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def rollup(argv: Sequence[str]) -> int:
-    """``kip714 rollup``: the same job ``spark-submit spark_jobs/job.py`` runs."""
+    """``kip714 rollup``: the job ``spark-submit spark_jobs/job.py`` runs, and ``--config``."""
     try:
         from spark_jobs import job  # noqa: PLC0415 - PySpark loads only for this command
     except ImportError as error:
@@ -183,7 +184,12 @@ def rollup(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    return job.main(argv)
+    try:
+        job_argv = rollup_argv(argv)
+    except RollupConfigError as error:
+        print(f"kip714 rollup: error: {error}", file=sys.stderr)
+        return 2
+    return job.main(job_argv)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:

@@ -129,6 +129,21 @@ class ClientQuotas:
             return refused.throttle_time_ms
         return 0
 
+    def draw_mutations(self, entity: ClientEntity, count: int, now_ms: int) -> tuple[int, int]:
+        """Strict KIP-599 draws for an admin change, one per resource or entity it touches.
+
+        Returns how many were admitted (the first ones) and the throttle time
+        of the first refused (0 when all were admitted). Every front door of
+        the admin plane (Kafka admin APIs, SCRAM credentials, HTTP) draws here.
+        """
+        quota = self.mutations.new_quota_for(entity.user, entity.client_id, True, now_ms)
+        for admitted in range(count):
+            try:
+                quota.record(1.0, now_ms)
+            except ThrottlingQuotaExceededError as refused:
+                return admitted, refused.throttle_time_ms
+        return count, 0
+
     def finish_request(
         self,
         entity: ClientEntity,

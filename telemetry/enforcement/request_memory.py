@@ -21,12 +21,17 @@ byte: what its peer sends waits in the kernel's socket buffer.
 
 Connections are opaque to the pool: anything with ``pause_for_memory``
 (which says whether it paused: one in the middle of a frame does not) and
-``resume_for_memory``.
+``resume_for_memory``. Doors that cannot pause a reader (HTTP requests, read
+whole by aiohttp) wait for memory instead: :meth:`RequestMemoryPool.on_freed`
+tells them when bytes come back below the bound.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["READ_BYTES", "MemoryClient", "RequestMemoryPool"]
 
@@ -50,6 +55,7 @@ class RequestMemoryPool:
         self.pauses = 0
         self._reading: dict[MemoryClient, None] = {}
         self._waiting: dict[MemoryClient, None] = {}  # insertion order = resume order
+        self._freed: list[Callable[[], None]] = []
 
     @property
     def exhausted(self) -> bool:
@@ -80,8 +86,16 @@ class RequestMemoryPool:
             self.peak = max(self.peak, self.held)
             if self._reading:
                 self._pause_readers()
-        elif self._waiting:
-            self._resume_some()
+        else:
+            if self._waiting:
+                self._resume_some()
+            if delta < 0:
+                for freed in self._freed:
+                    freed()
+
+    def on_freed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever bytes are given back and the pool is below its bound."""
+        self._freed.append(callback)
 
     def set_bound(self, bound: int) -> None:
         self.bound = bound

@@ -16,7 +16,7 @@ import heapq
 import itertools
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from telemetry.enforcement.entity import ClientEntity
 
@@ -42,16 +42,26 @@ class ThrottleReason(enum.StrEnum):
     CONNECTIONS_MAX_IDLE_MS = "connections_max_idle_ms"
 
 
+MAX_TRACKED_THROTTLES: Final = 100_000
+"""Throttled responses tracked at once (Kafka's delay queue is bounded by its channels)."""
+
+
 class ThrottleTracker:
     """Counts throttles per reason and tracks each throttled entity until its throttle ends.
 
     ``entity`` is any printable key: (user, client id) for client quotas, an
-    address for connection quotas. Memory is one entry per entity currently
-    throttled plus one heap entry per throttled response whose delay has not
-    elapsed, so it is bounded by the connections, not by traffic.
+    address for connection quotas. Memory is one heap entry per throttled
+    response whose delay has not elapsed, plus one entry per entity currently
+    throttled (never more than the heap's): at most ``max_tracked`` of them,
+    whatever the traffic or the number of client ids a sender makes up. A
+    throttle beyond that bound is counted (``counts``, ``untracked``) but not
+    tracked, and not added to the managers' ``queue-size``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_tracked: int = MAX_TRACKED_THROTTLES) -> None:
+        self.max_tracked = max_tracked
+        #: Throttles counted but not tracked: the bound was reached.
+        self.untracked = 0
         self.counts: Counter[ThrottleReason] = Counter()
         self._until_ms: dict[tuple[ThrottleReason, object], int] = {}
         self._queue: list[tuple[int, int, ThrottleReason, object, ClientQuotaManager | None]] = []
@@ -82,6 +92,9 @@ class ThrottleTracker:
         if throttle_time_ms <= 0:
             return
         self.counts[reason] += 1
+        if len(self._queue) >= self.max_tracked:
+            self.untracked += 1
+            return
         release_ms = now_ms + throttle_time_ms
         key = (reason, entity)
         previous = self._until_ms.get(key)

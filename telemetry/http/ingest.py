@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor
 
     from telemetry.core.manager import TelemetryManager
+    from telemetry.http.memory import HttpRequestMemory
     from telemetry.ingress import PushLog
 
 __all__ = ["HttpIngest", "HttpIngestStats"]
@@ -45,3 +46,5 @@ class HttpIngest:
     #: Where pushes expanding past the inline limit are decompressed (the Kafka
     #: listener's threads in the server); ``None``: the loop's default executor.
     decompressor: Executor | None = None
+    #: The shared request-memory pool, as HTTP requests take from it; ``None``: unbounded.
+    memory: HttpRequestMemory | None = None

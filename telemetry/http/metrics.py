@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from prometheus_client.core import Metric
 
+    from telemetry.http.connections import HttpConnectionStats
     from telemetry.http.ingest import HttpIngestStats
 
-__all__ = ["HttpIngestCollector"]
+__all__ = ["HttpConnectionCollector", "HttpIngestCollector"]
 
 
 class HttpIngestCollector(Collector):
@@ -32,3 +33,34 @@ class HttpIngestCollector(Collector):
         for (route, status), count in sorted(self.stats.responses.items()):
             responses.add_metric([route, str(status)], count)
         yield responses
+
+
+class HttpConnectionCollector(Collector):
+    """``kip714_http_connections`` (open), ``kip714_http_connections_refused_total{reason}``,
+    ``kip714_http_connections_closed_total{reason}`` (timeouts)."""
+
+    def __init__(self, stats: HttpConnectionStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self.stats
+        yield GaugeMetricFamily(
+            "kip714_http_connections", "HTTP connections open now.", value=stats.open
+        )
+        yield _by_reason(
+            "kip714_http_connections_refused",
+            "HTTP connections closed unserved by [limits] or [[quotas.ips]], by reason.",
+            stats.refused,
+        )
+        yield _by_reason(
+            "kip714_http_connections_closed",
+            "HTTP connections closed by the server for a header or body timeout, by reason.",
+            stats.closed,
+        )
+
+
+def _by_reason(name: str, documentation: str, counts: Mapping[str, int]) -> Metric:
+    family = CounterMetricFamily(name, documentation, labels=["reason"])
+    for reason, count in sorted(counts.items()):
+        family.add_metric([reason], count)
+    return family

@@ -16,7 +16,17 @@ answers them:
 * 429 with ``Retry-After`` while the sender's entity is muted by a client
   quota (below), 503 with ``Retry-After`` when the ingest log cannot take
   the request (its disk budget is full, it failed, or the server is
-  stopping). Both are retryable; ``Retry-After`` stays below 10 s.
+  stopping) or when the request-memory pool stayed full for ``[http]
+  memory_wait_ms`` (:mod:`telemetry.http.memory`). Both are retryable;
+  ``Retry-After`` stays below 10 s.
+
+Memory and the event loop: the body as sent, then its decoded form, are held
+in the ``queued_max_request_bytes`` pool every door shares. A body whose
+compressed or decoded size passes 64 KiB is decompressed and parsed on one
+worker thread, one body at a time, so the loop keeps serving and decoded
+bodies never pile up in memory. A body that does not decode is charged to
+the sender's request quota (its principal, client id ``""``: the body named
+no identity) for the time spent on it, as any request is.
 
 Error bodies are a ``google.rpc.Status`` in the request's content type.
 
@@ -78,6 +88,7 @@ if TYPE_CHECKING:
     from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
 
     from telemetry.http.ingest import HttpIngest
+    from telemetry.http.memory import HeldMemory
 
 __all__ = [
     "JSON",
@@ -92,7 +103,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 ROUTE: Final = "/v1/metrics"
-#: OTLP/JSON bodies up to this size are parsed on the event loop, larger ones in a thread.
+#: Bodies up to this size, as sent and decoded, are decoded and parsed on the event loop,
+#: larger ones on one worker thread.
 JSON_INLINE_BYTES: Final = 64 * 1024
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
@@ -141,11 +153,11 @@ class OtlpMetricsHandler:
     def __init__(self, ingest: HttpIngest) -> None:
         self._ingest = ingest
         self._identities = IdentityCache()
-        self._json_parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-json")
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-decode")
 
     def close(self) -> None:
-        """Stop the JSON parser thread (a parse under way finishes on its own)."""
-        self._json_parser.shutdown(wait=False, cancel_futures=True)
+        """Stop the decoding thread (a decode under way finishes on its own)."""
+        self._decoder.shutdown(wait=False, cancel_futures=True)
 
     async def handle(self, request: web.Request) -> web.Response:
         content_type = request.content_type
@@ -164,23 +176,32 @@ class OtlpMetricsHandler:
 
     async def _export(self, request: web.Request, is_json: bool) -> web.Response:
         ingest = self._ingest
-        config = ingest.manager.config
-        body = await _read(request, config.max_bytes)
-        started_ns = time.perf_counter_ns()
-        data = _decode(request, body, config.max_decompressed_bytes)
-        if is_json and len(data) > JSON_INLINE_BYTES:
-            # OTLP/JSON parses at about 1 µs a byte (json_format is pure Python):
-            # a big body goes to one thread, one body at a time, so the loop
-            # keeps serving and parsed trees never pile up in memory.
-            loop_ns = time.perf_counter_ns() - started_ns
-            loop = asyncio.get_running_loop()
-            export = await loop.run_in_executor(self._json_parser, _parse, data, is_json)
-            started_ns = time.perf_counter_ns()
-        else:
-            loop_ns = 0
-            export = _parse(data, is_json)
-        address, port = peer(request)
+        body = await _read(request, ingest.manager.config.max_bytes)
+        memory = ingest.memory
+        held = await memory.acquire(len(body)) if memory is not None else None
+        if memory is not None and held is None:
+            raise _memory_refusal(memory.wait_s)
+        try:
+            return await self._decoded(request, body, is_json, held)
+        finally:
+            if held is not None:
+                held.release()
+
+    async def _decoded(
+        self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None
+    ) -> web.Response:
+        ingest = self._ingest
         user = request_user(request)
+        started_ns = time.perf_counter_ns()
+        try:
+            data, export, loop_ns = await self._decode_and_parse(request, body, is_json, held)
+        except _RefusedError as refusal:
+            if refusal.status == 400:  # a malformed body costs its sender like any request
+                spent_ns = time.perf_counter_ns() - started_ns
+                ingest.quotas.finish_request(ClientEntity(user, ""), spent_ns, ingest.clock())
+            raise
+        started_ns = time.perf_counter_ns()
+        address, port = peer(request)
         groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
         for resource in export.resource_metrics:
             identity = self._identities.identity(resource.resource, address or "")
@@ -219,6 +240,55 @@ class OtlpMetricsHandler:
             f"{_log_refusal(next(iter(failed.values()))).message}"
         )
         return _message_response(response, is_json)
+
+    async def _decode_and_parse(
+        self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None
+    ) -> tuple[bytes, ExportMetricsServiceRequest, int]:
+        """The decoded body, its parse, and the event-loop time they took.
+
+        Up to 64 KiB as sent and decoded, on the loop; beyond, decompression
+        and parsing (OTLP/JSON at about 0.3 µs a byte) go to one thread, one
+        body at a time. A compressed body queues for that thread only once it
+        holds ``max_decompressed_bytes`` of request memory (Kafka reserves a
+        whole request before reading it); the hold shrinks to the decoded size
+        after.
+        """
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
+        max_decoded = self._ingest.manager.config.max_decompressed_bytes
+        started_ns = time.perf_counter_ns()
+        if len(body) <= JSON_INLINE_BYTES:
+            try:
+                inline = _decode(encoding, body, min(max_decoded, JSON_INLINE_BYTES))
+            except _RefusedError as refusal:
+                if refusal.status != 413 or max_decoded <= JSON_INLINE_BYTES:
+                    raise
+            else:
+                if held is not None and inline is not body:
+                    held.add(len(inline))
+                return inline, _parse(inline, is_json), time.perf_counter_ns() - started_ns
+        loop_ns = time.perf_counter_ns() - started_ns
+        compressed = encoding.strip().lower() not in ("", "identity")
+        reserved = max_decoded if compressed and held is not None else 0
+        memory = self._ingest.memory
+        if (
+            reserved
+            and memory is not None
+            and held is not None
+            and not await memory.grow(held, reserved)
+        ):
+            raise _memory_refusal(memory.wait_s)
+        loop = asyncio.get_running_loop()
+        try:
+            data, export = await loop.run_in_executor(
+                self._decoder, _decode_and_parse, encoding, body, max_decoded, is_json
+            )
+        except BaseException:
+            if held is not None:
+                held.add(-reserved)
+            raise
+        if held is not None:
+            held.add((len(data) if data is not body else 0) - reserved)
+        return data, export, loop_ns
 
     def _refuse_if_muted(self, groups: Collection[OtlpIdentity], user: str, now_ms: int) -> None:
         """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
@@ -304,9 +374,8 @@ async def _read(request: web.Request, max_bytes: int) -> bytes:
         raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
 
 
-def _decode(request: web.Request, body: bytes, max_decompressed: int) -> bytes:
+def _decode(encoding: str, body: bytes, max_decompressed: int) -> bytes:
     try:
-        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
         return decode_content(encoding, body, max_decompressed)
     except UnsupportedEncodingError as error:
         raise _RefusedError(415, _UNIMPLEMENTED, str(error)) from None
@@ -314,6 +383,23 @@ def _decode(request: web.Request, body: bytes, max_decompressed: int) -> bytes:
         raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
     except InvalidRecordError as error:
         raise _RefusedError(400, _INVALID_ARGUMENT, str(error)) from None
+
+
+def _decode_and_parse(
+    encoding: str, body: bytes, max_decompressed: int, is_json: bool
+) -> tuple[bytes, ExportMetricsServiceRequest]:
+    """On the worker thread: decode and parse one body."""
+    data = _decode(encoding, body, max_decompressed)
+    return data, _parse(data, is_json)
+
+
+def _memory_refusal(wait_s: float) -> _RefusedError:
+    return _RefusedError(
+        503,
+        _UNAVAILABLE,
+        "the server's request memory (limits.queued_max_request_bytes) is full",
+        retry_after_s(max(1000, int(wait_s * 1000)), OTLP_MAX_RETRY_AFTER_S),
+    )
 
 
 def _log_refusal(error: BaseException) -> _RefusedError:

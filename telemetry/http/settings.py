@@ -1,4 +1,4 @@
-"""The HTTP door's settings: ``[forward]``, the broker plugin's route."""
+"""The HTTP door's settings: ``[http]``'s timeouts and ``[forward]``, the broker plugin's route."""
 
 from __future__ import annotations
 
@@ -12,6 +12,32 @@ if TYPE_CHECKING:
 
 #: The plugin's batches are 4 MiB by default; a single push may be larger.
 DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
+
+
+#: ``[http]`` keys this module parses (``listen`` and ``tls`` belong to the server and security).
+HTTP_LIMIT_KEYS: Final = frozenset({"header_timeout_ms", "body_timeout_ms", "memory_wait_ms"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpLimits:
+    """``[http]``: how long a request's headers and body may take (telemetry.http.connections),
+    and how long a request waits for request memory before a 503 (telemetry.http.memory)."""
+
+    header_timeout_ms: int = 10_000
+    body_timeout_ms: int = 60_000
+    memory_wait_ms: int = 5_000
+
+
+def parse_http_limits(section: Mapping[str, Any]) -> HttpLimits:
+    return HttpLimits(
+        header_timeout_ms=toml.integer(
+            "http.header_timeout_ms", section.get("header_timeout_ms", 10_000), 1
+        ),
+        body_timeout_ms=toml.integer(
+            "http.body_timeout_ms", section.get("body_timeout_ms", 60_000), 1
+        ),
+        memory_wait_ms=toml.integer("http.memory_wait_ms", section.get("memory_wait_ms", 5_000), 0),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,12 +21,12 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 from telemetry.kafka.connection import CloseConnectionError
-from telemetry.kafka.pending import Pending
 from telemetry.security import (
     SaslErrorCode,
     ScramMechanism,
 )
 from telemetry.security.errors import generic_failure_message
+from telemetry.security.password_checks import PasswordChecks, dummy_hash, verify_plain_password
 from telemetry.security.plain import PLAIN
 from telemetry.security.sasl_session import AuthenticateAnswer, SaslSession, SaslState
 from telemetry.security.tls import certificate_principal_name
@@ -82,12 +82,16 @@ class KafkaSecurity:
         clock: Callable[[], int],
         *,
         scram_admin: ApiSet,
+        checks: PasswordChecks | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         #: Describe/AlterUserScramCredentials (KIP-554), served by the admin plane.
         self.scram_admin = scram_admin
+        self.checks = checks or PasswordChecks(settings.password_check_threads)
+        self._pending: dict[str, _PendingAuthentication] = {}
+        self._dummy = dummy_hash(settings.plain_users)
         #: Completed authentications, re-authentications and failures, for tests and metrics.
         self.authentications = 0
         self.reauthentications = 0
@@ -185,6 +189,7 @@ class KafkaSecurity:
             )
             return _close_after(state, header, answer_auth, "SASL is not enabled")
         return self._exchange(
+            state,
             session,
             request.auth_bytes,
             version,
@@ -197,7 +202,9 @@ class KafkaSecurity:
         """A SASL token after SaslHandshake v0: Kafka's legacy framing, a size prefix and the
         token each way. A failure just closes the connection: the framing has no error field.
         """
-        return self._exchange(session, token, 0, lambda outcome: self._raw_answer(state, outcome))
+        return self._exchange(
+            state, session, token, 0, lambda outcome: self._raw_answer(state, outcome)
+        )
 
     def _raw_answer(self, state: ConnectionState, outcome: AuthenticateAnswer) -> tuple[bytes, int]:
         if outcome.close:
@@ -208,32 +215,41 @@ class KafkaSecurity:
 
     def _exchange(
         self,
+        state: ConnectionState,
         session: SaslSession,
         token: bytes,
         version: int,
         answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
     ) -> tuple[bytes, int] | PendingResponse:
-        """Run one token through the session; a PLAIN check (one PBKDF2: 100 ms at 100 000
-        iterations) runs in a thread, so login attempts cannot stall the event loop."""
+        """Run one token through the session.
+
+        A PLAIN check (one PBKDF2: ~50 ms at 100 000 iterations) runs on the
+        password-check pool, dropped if the connection closes first. A failed
+        authentication is answered only after ``failed_authentication_delay_ms``
+        (Kafka's ``connection.failed.authentication.delay.ms``), then closed.
+        """
         now_ms = self.clock()
+        delay_s = self.settings.failed_authentication_delay_ms / 1000
         if session.state is SaslState.HANDSHAKE and session.mechanism == PLAIN:
-            exchange = asyncio.get_running_loop().run_in_executor(
-                None, session.authenticate, token, version, now_ms
-            )
+            exchange = self.checks.run(session.authenticate, token, version, now_ms)
+        else:
+            outcome = session.authenticate(token, version, now_ms)
+            if not outcome.close or delay_s <= 0:
+                return answer(outcome)
+            exchange = asyncio.get_running_loop().create_future()
+            exchange.set_result(outcome)
+        connection_id = state.connection_id
+        pending = _PendingAuthentication(
+            exchange, answer, delay_s, lambda: self._pending.pop(connection_id, None)
+        )
+        self._pending[connection_id] = pending
+        return pending
 
-            def failed(error: BaseException) -> tuple[bytes, int]:
-                _log.error("checking a SASL/PLAIN password failed: %s", error)
-                return answer(
-                    AuthenticateAnswer(
-                        error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
-                        error_message=generic_failure_message(PLAIN),
-                        close=True,
-                        reason=f"the password check failed: {error}",
-                    )
-                )
-
-            return Pending(exchange, answer, failed)
-        return answer(session.authenticate(token, version, now_ms))
+    def connection_closed(self, state: ConnectionState) -> None:
+        """The peer left: drop its password check if not run yet, answer a delayed failure now."""
+        pending = self._pending.pop(state.connection_id, None)
+        if pending is not None:
+            pending.drop()
 
     def _failed(self, state: ConnectionState, outcome: AuthenticateAnswer) -> None:
         self.failures += 1
@@ -280,13 +296,81 @@ class KafkaSecurity:
         return frame, 0
 
     def _verify_plain(self, username: str, password: str) -> bool:
-        secret = self.settings.plain_users.get(username)
-        return secret is not None and secret.matches(password)
+        return verify_plain_password(self.settings.plain_users, self._dummy, username, password)
 
     def _scram_credential(self, mechanism: ScramMechanism, username: str) -> ScramCredential | None:
         if self.store is None:
             return None
         return self.store.image.scram_credentials.get((username, mechanism.mechanism_id))
+
+
+class _PendingAuthentication:
+    """A PLAIN check on the password-check pool, or a failure waiting out its delay.
+
+    Not a :class:`~telemetry.kafka.pending.Pending`: it can be dropped when its
+    connection closes, and a failure is answered only after the delay.
+    """
+
+    __slots__ = ("_answer", "_callback", "_delay_s", "_exchange", "_forget", "_timer")
+
+    def __init__(
+        self,
+        exchange: asyncio.Future[AuthenticateAnswer],
+        answer: Callable[[AuthenticateAnswer], tuple[bytes, int]],
+        delay_s: float,
+        forget: Callable[[], object],
+    ) -> None:
+        self._exchange = exchange
+        self._answer = answer
+        self._delay_s = delay_s
+        self._forget = forget
+        self._callback: Callable[[tuple[bytes, int]], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        self._callback = callback
+        self._exchange.add_done_callback(self._checked)
+
+    def drop(self) -> None:
+        """The connection is gone: no hash for it, no delay to wait out."""
+        if not self._exchange.done():
+            self._exchange.cancel()  # a queued check never runs; _checked answers
+        elif self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._finish(self._exchange.result())
+
+    def _checked(self, exchange: asyncio.Future[AuthenticateAnswer]) -> None:
+        if exchange.cancelled():  # the connection closed (or the server stops) first
+            self._finish(_failure("the connection closed before the password check ran"))
+            return
+        error = exchange.exception()
+        if error is not None:
+            _log.error("checking a SASL/PLAIN password failed: %s", error)
+            outcome = _failure(f"the password check failed: {error}")
+        else:
+            outcome = exchange.result()
+        if outcome.close and self._delay_s > 0:
+            self._timer = asyncio.get_running_loop().call_later(
+                self._delay_s, self._finish, outcome
+            )
+        else:
+            self._finish(outcome)
+
+    def _finish(self, outcome: AuthenticateAnswer) -> None:
+        self._timer = None
+        self._forget()
+        if self._callback is not None:
+            self._callback(self._answer(outcome))
+
+
+def _failure(reason: str) -> AuthenticateAnswer:
+    return AuthenticateAnswer(
+        error_code=int(SaslErrorCode.SASL_AUTHENTICATION_FAILED),
+        error_message=generic_failure_message(PLAIN),
+        close=True,
+        reason=reason,
+    )
 
 
 def _close_after(

@@ -138,6 +138,10 @@ class FrameHandler(Protocol):
         self, state: ConnectionState, frame: bytes
     ) -> tuple[bytes, int] | PendingResponse: ...
 
+    def connection_eof(self, connection: KafkaConnection) -> None:
+        """The peer closed its side: work only it could use (a password check) may be dropped."""
+        ...
+
     def connection_opened(self, connection: KafkaConnection) -> None: ...
 
     def connection_active(self, connection: KafkaConnection) -> None: ...
@@ -207,6 +211,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._eof = True
+        self._handler.connection_eof(self)
         self._pump()
         return True  # we close once the requests already read are answered
 

@@ -277,6 +277,10 @@ class KafkaListener:
         activity.pop(connection, None)
         activity[connection] = time.monotonic()
 
+    def connection_eof(self, connection: KafkaConnection) -> None:
+        if self.security is not None:
+            self.security.connection_closed(connection.state)
+
     def connection_closed(self, connection: KafkaConnection, reason: str) -> None:
         if connection in self._connections:
             self._connections.discard(connection)
@@ -289,6 +293,8 @@ class KafkaListener:
             self.enforcement.connections.release(LISTENER_NAME, connection.state.address)
         if connection is self._delayed:
             self._delayed = None
+        if self.security is not None:
+            self.security.connection_closed(connection.state)
         if self._backlog and connection in self._backlog:
             self._backlog.remove(connection)
 

@@ -141,7 +141,10 @@ def entity_state(image: MetadataImage, entity: Entity) -> tuple[MetadataRecord, 
             )
         case ScramEntity(user, mechanism):
             credential = image.scram_credentials.get((user, mechanism))
-            return () if credential is None else (scram_record(user, mechanism, credential),)
+            if credential is None:
+                return ()
+            secured = image.scram_origins.get((user, mechanism))
+            return (scram_record(user, mechanism, credential, secured),)
 
 
 def messages_for(image: MetadataImage, records: Iterable[MetadataRecord]) -> list[Message]:

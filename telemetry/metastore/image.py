@@ -46,6 +46,10 @@ class MetadataImage:
     scram_credentials: Mapping[tuple[str, int], ScramCredential] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Per credential: whether ``[security]`` was set when it was made (None: unknown).
+    scram_origins: Mapping[tuple[str, int], bool | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @property
     def client_metrics(self) -> Mapping[str, Mapping[str, str]]:
@@ -74,6 +78,7 @@ class MetadataImage:
         configs = {resource: dict(keys) for resource, keys in self.configs.items()}
         quotas = {entity: dict(values) for entity, values in self.client_quotas.items()}
         scram = dict(self.scram_credentials)
+        origins = dict(self.scram_origins)
         for record in records:
             match record:
                 case ConfigRecord():
@@ -100,8 +105,10 @@ class MetadataImage:
                         server_key=record.server_key,
                         iterations=record.iterations,
                     )
+                    origins[(record.name, record.mechanism)] = record.secured
                 case RemoveUserScramCredentialRecord():
                     scram.pop((record.name, record.mechanism), None)
+                    origins.pop((record.name, record.mechanism), None)
         return MetadataImage(
             configs=MappingProxyType(
                 {resource: _frozen(keys) for resource, keys in configs.items()}
@@ -110,6 +117,7 @@ class MetadataImage:
                 {entity: MappingProxyType(values) for entity, values in quotas.items()}
             ),
             scram_credentials=MappingProxyType(scram),
+            scram_origins=MappingProxyType(origins),
         )
 
     def to_records(self) -> tuple[MetadataRecord, ...]:
@@ -125,16 +133,17 @@ class MetadataImage:
             for key, value in sorted(values.items())
         )
         records.extend(
-            scram_record(name, mechanism, credential)
+            scram_record(name, mechanism, credential, self.scram_origins.get((name, mechanism)))
             for (name, mechanism), credential in sorted(self.scram_credentials.items())
         )
         return tuple(records)
 
 
 def scram_record(
-    name: str, mechanism: int, credential: ScramCredential
+    name: str, mechanism: int, credential: ScramCredential, secured: bool | None = None
 ) -> UserScramCredentialRecord:
-    """The record that stores ``credential`` (a snapshot's, or a topic message's)."""
+    """The record that stores ``credential`` (a snapshot's, or a topic message's);
+    ``secured``: whether ``[security]`` was set when it was made (None: unknown)."""
     return UserScramCredentialRecord(
         name=name,
         mechanism=mechanism,
@@ -142,4 +151,5 @@ def scram_record(
         stored_key=credential.stored_key,
         server_key=credential.server_key,
         iterations=credential.iterations,
+        secured=secured,
     )

@@ -1,4 +1,4 @@
-"""The metadata records and their on-disk frames (format version 1).
+"""The metadata records and the batch body that carries them (body format 1).
 
 Records are KRaft's metadata records, encoded the way KRaft's
 ``MetadataRecordSerde`` encodes them: ``frame_version`` 1, ``api_key`` and
@@ -7,18 +7,19 @@ encodings and an empty tagged-field section::
 
     ConfigRecord                      key 4   ResourceType int8, ResourceName, Name, Value?
     UserScramCredentialRecord         key 11  Name, Mechanism int8, Salt, StoredKey,
-                                              ServerKey, Iterations int32
+                                              ServerKey, Iterations int32,
+                                              tag 10000: Secured bool (kip714's own)
     RemoveUserScramCredentialRecord   key 12  Name, Mechanism int8
     ClientQuotaRecord                 key 14  Entity[] {EntityType, EntityName?},
                                               Key, Value float64, Remove bool
 
-A *batch* is the records of one accepted request, appended atomically: one
-frame, one checksum, so a torn write loses the whole request, never half::
+A *batch* is the records of one accepted request, appended atomically as one
+frame (frames.py) with one checksum, so a torn write loses the whole request,
+never half::
 
-    frame := length:u32le  crc:u32le  body[length]
     body  := format:u8 (1)  base_offset:i64be  count:u32be  record × count
 
-``crc`` is CRC32C (Castagnoli) over the body. Record *i* of a batch has
+The body's checksum is CRC32C (Castagnoli). Record *i* of a batch has
 offset ``base_offset + i``; offsets count records from 0 and never repeat.
 """
 
@@ -35,7 +36,10 @@ from telemetry.wire.primitives import Reader, Writer
 
 FORMAT_VERSION: Final = 1
 HEADER: Final = struct.Struct("<II")
+"""A format-1 frame's ``length:u32le crc:u32le``: Kafka topic values, and stores written
+before format 2 (frames.py)."""
 _BATCH_HEAD: Final = struct.Struct(">BqI")
+MIN_BODY: Final = _BATCH_HEAD.size
 _FLOAT64: Final = struct.Struct(">d")
 MAX_BODY: Final = 64 * 1024 * 1024
 """A format limit, so recovery judges every frame by the same rule."""
@@ -45,6 +49,8 @@ CONFIG_RECORD: Final = 4
 USER_SCRAM_CREDENTIAL_RECORD: Final = 11
 REMOVE_USER_SCRAM_CREDENTIAL_RECORD: Final = 12
 CLIENT_QUOTA_RECORD: Final = 14
+SECURED_TAG: Final = 10_000
+"""The tag of UserScramCredentialRecord's Secured field: far above Kafka's own tags."""
 
 
 class RecordFormatError(Exception):
@@ -87,6 +93,9 @@ class UserScramCredentialRecord:
     stored_key: bytes = field(repr=False)
     server_key: bytes = field(repr=False)
     iterations: int
+    #: Whether ``[security]`` was set when the credential was made; None: unknown
+    #: (written before kip714 recorded it). A tagged field, which Kafka ignores.
+    secured: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +139,12 @@ def _write_record(writer: Writer, record: MetadataRecord) -> None:
             writer.bytes_(record.stored_key, compact=True)
             writer.bytes_(record.server_key, compact=True)
             writer.int32(record.iterations)
+            if record.secured is not None:
+                writer.uvarint(1)  # one tagged field
+                writer.uvarint(SECURED_TAG)
+                writer.uvarint(1)
+                writer.boolean(record.secured)
+                return
         case RemoveUserScramCredentialRecord():
             writer.uvarint(REMOVE_USER_SCRAM_CREDENTIAL_RECORD)
             writer.uvarint(0)
@@ -162,13 +177,18 @@ def _read_record(reader: Reader) -> MetadataRecord:
         (value,) = reader.unpack(_FLOAT64)
         record = ClientQuotaRecord(entity=entity, key=key, value=value, remove=reader.boolean())
     elif api_key == USER_SCRAM_CREDENTIAL_RECORD:
-        record = UserScramCredentialRecord(
-            name=reader.string(compact=True),
-            mechanism=reader.int8(),
-            salt=reader.bytes_(compact=True),
-            stored_key=reader.bytes_(compact=True),
-            server_key=reader.bytes_(compact=True),
-            iterations=reader.int32(),
+        name, mechanism = reader.string(compact=True), reader.int8()
+        salt, stored_key = reader.bytes_(compact=True), reader.bytes_(compact=True)
+        server_key, iterations = reader.bytes_(compact=True), reader.int32()
+        secured = _read_tags(reader).get(SECURED_TAG)
+        return UserScramCredentialRecord(
+            name=name,
+            mechanism=mechanism,
+            salt=salt,
+            stored_key=stored_key,
+            server_key=server_key,
+            iterations=iterations,
+            secured=None if secured is None else secured != b"\0",
         )
     elif api_key == REMOVE_USER_SCRAM_CREDENTIAL_RECORD:
         record = RemoveUserScramCredentialRecord(
@@ -180,8 +200,17 @@ def _read_record(reader: Reader) -> MetadataRecord:
     return record
 
 
-def encode_batch(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
-    """One frame holding ``records`` at offsets ``base_offset`` onwards.
+def _read_tags(reader: Reader) -> dict[int, bytes]:
+    """A KIP-482 tagged-field section, kept: tag → raw value."""
+    tags = {}
+    for _ in range(reader.uvarint()):
+        tag = reader.uvarint()
+        tags[tag] = reader.raw(reader.uvarint())
+    return tags
+
+
+def encode_body(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
+    """The body of one frame holding ``records`` at offsets ``base_offset`` onwards.
 
     Raises:
         ValueError: a field does not fit the format, or the body exceeds ``MAX_BODY``.
@@ -193,7 +222,7 @@ def encode_batch(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes
     body = writer.getvalue()
     if len(body) > MAX_BODY:
         raise ValueError(f"metadata batch of {len(body)} bytes exceeds {MAX_BODY}")
-    return HEADER.pack(len(body), crc32c.crc32c(body)) + body
+    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +259,18 @@ def decode_body(body: bytes, crc: int) -> Batch:
     return Batch(base_offset, records)
 
 
+def encode_batch(base_offset: int, records: tuple[MetadataRecord, ...]) -> bytes:
+    """One format-1 frame (``length:u32le crc:u32le body``): a metadata topic message's value.
+
+    Raises:
+        ValueError: a field does not fit the format, or the body exceeds ``MAX_BODY``.
+    """
+    body = encode_body(base_offset, records)
+    return HEADER.pack(len(body), crc32c.crc32c(body)) + body
+
+
 def read_frames(data: bytes) -> tuple[list[Batch], int, str | None]:
-    """Decode consecutive frames from the start of ``data``.
+    """Decode consecutive format-1 frames from the start of ``data``.
 
     Returns the batches read, the byte position where the valid prefix ends,
     and why reading stopped there (None if ``data`` ended on a frame boundary).
@@ -243,7 +282,7 @@ def read_frames(data: bytes) -> tuple[list[Batch], int, str | None]:
         if len(data) - position < HEADER.size:
             return batches, position, "torn frame header"
         length, crc = HEADER.unpack_from(data, position)
-        if length > MAX_BODY or length < _BATCH_HEAD.size:
+        if length > MAX_BODY or length < MIN_BODY:
             return batches, position, f"impossible frame length {length}"
         end = position + HEADER.size + length
         if end > len(data):
@@ -256,7 +295,7 @@ def read_frames(data: bytes) -> tuple[list[Batch], int, str | None]:
             return (
                 batches,
                 position,
-                (f"batch at offset {batch.base_offset} does not follow {batches[-1].next_offset}"),
+                f"batch at offset {batch.base_offset} does not follow {batches[-1].next_offset}",
             )
         batches.append(batch)
         position = end

@@ -14,11 +14,18 @@ change is durable before the admin request that made it is acknowledged
 serialises appends, and :attr:`MetadataStore.image` can be read from any
 thread at any time (it is replaced, never mutated).
 
+Every file is in format 2 (frames.py: the frame length is checksummed).
 Recovery at open: the newest snapshot, then every record after it from the
-segments. A torn or corrupt tail of the *last* segment (a crash mid-append)
-is cut off and logged: that batch was never acknowledged. Damage anywhere
-else is not a torn write, so the store refuses to open rather than silently
+segments. A bad *last* frame of the last segment with no intact frame after
+it (a crash mid-append) is cut off and logged: that batch was never
+acknowledged. Damage anywhere else is not a torn write, so the store refuses
+to open, naming the file and byte, and changes nothing, rather than silently
 forget acknowledged changes.
+
+Files of format 1 (written before the length was checksummed) are read as
+they always were, then rewritten at open: a format-2 snapshot of the whole
+image, a new segment after it, and the old files renamed ``*.v1`` beside
+them until the next snapshot deletes them.
 
 Snapshots bound replay: after ``snapshot_interval_records`` appended records
 the store writes the image to a temporary file, fsyncs it, renames it into
@@ -35,8 +42,8 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 from durable.fs import fsync_dir, make_dirs
+from telemetry.metastore.frames import FILE_MAGIC, encode_frame, read_file
 from telemetry.metastore.image import MetadataImage
-from telemetry.metastore.records import HEADER, encode_batch, read_frames
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -50,6 +57,8 @@ META_DIR: Final = "meta"
 SEGMENT_SUFFIX: Final = ".log"
 SNAPSHOT_SUFFIX: Final = ".checkpoint"
 _TMP_SUFFIX: Final = ".tmp"
+LEGACY_SUFFIX: Final = ".v1"
+"""Appended to format-1 files once rewritten; the next snapshot deletes them."""
 _DIGITS: Final = 20
 DEFAULT_SNAPSHOT_INTERVAL_RECORDS: Final = 1000
 
@@ -114,12 +123,7 @@ class MetadataStore:
         self._since_snapshot = records_since_snapshot
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
-        self._fd: int | None = os.open(
-            directory / _name(segment_base, SEGMENT_SUFFIX),
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-            0o644,
-        )
-        fsync_dir(directory)
+        self._fd: int | None = _open_segment(directory, segment_base)
 
     @classmethod
     def open(
@@ -141,10 +145,14 @@ class MetadataStore:
             make_dirs(directory)
         for leftover in directory.glob(f"*{_TMP_SUFFIX}"):
             leftover.unlink()  # a snapshot that never reached its rename
-        image, snapshot_offset = _load_snapshot(directory)
+        legacy: list[Path] = []
+        image, snapshot_offset = _load_snapshot(directory, legacy)
         image, next_offset, segment_base, replayed = _replay_segments(
-            directory, image, snapshot_offset
+            directory, image, snapshot_offset, legacy
         )
+        if legacy:
+            _rewrite_legacy(directory, image, next_offset, legacy)
+            segment_base, replayed = next_offset, 0
         # Debug: a start that fails later must print its one error line only.
         logger.debug(
             "metadata store opened: snapshot at offset %d, %d records replayed, next offset %d",
@@ -193,7 +201,7 @@ class MetadataStore:
             fd = self._writable_fd()
             if not batch:
                 return self._image
-            frame = encode_batch(self._next_offset, batch)
+            frame = encode_frame(self._next_offset, batch)
             try:
                 _write_all(fd, frame)
                 os.fsync(fd)
@@ -239,74 +247,106 @@ class MetadataStore:
     def _snapshot_locked(self) -> None:
         offset = self._next_offset
         directory = self._directory
-        final = directory / _name(offset, SNAPSHOT_SUFFIX)
-        temporary = final.with_name(final.name + _TMP_SUFFIX)
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                _write_all(fd, encode_batch(offset, self._image.to_records()))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, final)
-            fsync_dir(directory)
+            _write_file(
+                directory / _name(offset, SNAPSHOT_SUFFIX),
+                FILE_MAGIC + encode_frame(offset, self._image.to_records()),
+            )
             if self._segment_base != offset:
-                new_fd = os.open(
-                    directory / _name(offset, SEGMENT_SUFFIX),
-                    os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                    0o644,
-                )
+                new_fd = _open_segment(directory, offset)
                 assert self._fd is not None  # checked by the callers
                 os.close(self._fd)
                 self._fd, self._segment_base = new_fd, offset
-                fsync_dir(directory)
             for base, path in _list(directory, SEGMENT_SUFFIX):
                 if base < offset:
                     path.unlink()
             for base, path in _list(directory, SNAPSHOT_SUFFIX):
                 if base < offset:
                     path.unlink()
+            for path in directory.glob(f"*{LEGACY_SUFFIX}"):
+                path.unlink()
             fsync_dir(directory)
         except OSError as error:
             # The log still holds every record, so the store stays usable; a
             # later snapshot retries. Only the bound on replay is delayed.
             logger.error("metadata snapshot at offset %d failed: %s", offset, error)
-            with contextlib.suppress(OSError):
-                temporary.unlink(missing_ok=True)
             return
         self._since_snapshot = 0
         logger.info("metadata snapshot written at offset %d", offset)
 
 
-def _load_snapshot(directory: Path) -> tuple[MetadataImage, int]:
+def _write_file(final: Path, data: bytes) -> None:
+    """Write ``final`` whole or not at all: a temporary file, fsynced, renamed into place."""
+    temporary = final.with_name(final.name + _TMP_SUFFIX)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, final)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+
+
+def _open_segment(directory: Path, base: int) -> int:
+    """Open the segment starting at ``base`` for appends, creating it with its magic."""
+    path = directory / _name(base, SEGMENT_SUFFIX)
+    if not path.exists():
+        _write_file(path, FILE_MAGIC)
+    return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
+def _rewrite_legacy(
+    directory: Path, image: MetadataImage, next_offset: int, legacy: list[Path]
+) -> None:
+    """Rewrite a format-1 store in format 2, keeping the old files beside as ``*.v1``.
+
+    Crash-safe in any order of events: until the renames, a reopen reads the
+    new snapshot (the newest) and the old segments it covers, and rewrites
+    again; after them, the new snapshot alone.
+    """
+    _write_file(
+        directory / _name(next_offset, SNAPSHOT_SUFFIX),
+        FILE_MAGIC + encode_frame(next_offset, image.to_records()),
+    )
+    for path in legacy:
+        if path.exists():  # a log that ended before its snapshot is already gone
+            path.replace(path.with_name(path.name + LEGACY_SUFFIX))
+    fsync_dir(directory)
+    logger.warning(
+        "metadata store %s: rewritten in format 2 at offset %d; the format-1 files are "
+        "kept beside as *%s until the next snapshot",
+        directory,
+        next_offset,
+        LEGACY_SUFFIX,
+    )
+
+
+def _load_snapshot(directory: Path, legacy: list[Path]) -> tuple[MetadataImage, int]:
     snapshots = _list(directory, SNAPSHOT_SUFFIX)
     if not snapshots:
         return MetadataImage(), 0
     offset, path = snapshots[-1]
-    batches, _, reason = read_frames(path.read_bytes())
+    content = read_file(path.read_bytes())
+    batches, reason = content.batches, content.reason
     if reason is not None or len(batches) != 1 or batches[0].base_offset != offset:
-        raise MetadataCorruptionError(f"snapshot {path} is damaged: {reason or 'bad content'}")
+        raise MetadataCorruptionError(
+            f"snapshot {path} is damaged at byte {content.valid_end}: {reason or 'bad content'}"
+        )
+    if content.format_version == 1:
+        legacy.append(path)
     return MetadataImage().apply(batches[0].records), offset
 
 
-def _is_torn_tail(data: bytes, position: int) -> bool:
-    """Whether the bad frame at ``position`` can be an interrupted append.
-
-    An append only ever damages the end of the file: a frame cut short, a
-    last frame whose bytes did not all reach the disk, or a zero-filled tail.
-    A bad frame with whole frames after it is damage to acknowledged data.
-    """
-    tail = data[position:]
-    if len(tail) < HEADER.size or not tail.strip(b"\0"):
-        return True
-    length: int = HEADER.unpack_from(tail)[0]
-    return HEADER.size + length >= len(tail)
-
-
 def _replay_segments(
-    directory: Path, image: MetadataImage, snapshot_offset: int
+    directory: Path, image: MetadataImage, snapshot_offset: int, legacy: list[Path]
 ) -> tuple[MetadataImage, int, int, int]:
-    """Replay the records at or after ``snapshot_offset``.
+    """Replay the records at or after ``snapshot_offset``; add format-1 files to ``legacy``.
 
     Returns ``(image, next_offset, active_segment_base, records_replayed)``.
     """
@@ -323,12 +363,14 @@ def _replay_segments(
     replayed = 0
     for index, (base, path) in enumerate(segments):
         data = path.read_bytes()
-        batches, valid_end, reason = read_frames(data)
+        content = read_file(data)
+        batches, valid_end, reason = content.batches, content.valid_end, content.reason
+        if content.format_version == 1:
+            legacy.append(path)
         if reason is not None:
-            if index != len(segments) - 1 or not _is_torn_tail(data, valid_end):
+            if index != len(segments) - 1 or not content.torn_tail:
                 raise MetadataCorruptionError(
-                    f"segment {path} is damaged at byte {valid_end} ({reason}) "
-                    "with data after it: not a torn write"
+                    f"segment {path} is damaged at byte {valid_end} ({reason}): not a torn write"
                 )
             logger.warning(
                 "metadata segment %s: cutting %d bytes at byte %d (%s): "

@@ -119,6 +119,10 @@ class SecuritySettings:
     connections_max_reauth_ms: int = 0
     #: ``User:<name>`` principals allowed every admin operation.
     super_users: tuple[str, ...] = ()
+    #: Threads that compute password hashes (PLAIN, HTTP Basic): the CPU a flood can take.
+    password_check_threads: int = 1
+    #: Kafka's ``connection.failed.authentication.delay.ms``: a failure is answered this late.
+    failed_authentication_delay_ms: int = 100
     kafka_tls: TlsSettings | None = None
     http_tls: TlsSettings | None = None
 
@@ -138,6 +142,8 @@ _SECURITY_KEYS = {
     "allow_anonymous",
     "connections_max_reauth_ms",
     "super_users",
+    "password_check_threads",
+    "failed_authentication_delay_ms",
 }
 
 
@@ -190,6 +196,14 @@ def parse_security(
             "security.connections_max_reauth_ms", found.get("connections_max_reauth_ms", 0), 0
         ),
         super_users=tuple(super_users),
+        password_check_threads=toml.integer(
+            "security.password_check_threads", found.get("password_check_threads", 1), 1
+        ),
+        failed_authentication_delay_ms=toml.integer(
+            "security.failed_authentication_delay_ms",
+            found.get("failed_authentication_delay_ms", 100),
+            0,
+        ),
         kafka_tls=kafka_tls,
         http_tls=http_tls,
     )

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import ssl
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -25,15 +26,20 @@ from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
 from telemetry.admin.scram import ScramAdmin
+from telemetry.admin.scram_origins import warn_about_unsecured_scram_users
 from telemetry.core.manager import TelemetryManager
 from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import Enforcement
+from telemetry.enforcement.descriptors import descriptor_limit, fit_to_descriptors
 from telemetry.errors import ConfigError
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.app import create_app
+from telemetry.http.authentication import HttpAuthenticator
+from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
 from telemetry.http.forward import ForwardHandler
 from telemetry.http.forward_payload import ForwardCollector
-from telemetry.http.metrics import HttpIngestCollector
+from telemetry.http.memory import HttpRequestMemory
+from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.ingest import IngestLog
 from telemetry.ingress import wall_clock_ms
@@ -41,6 +47,7 @@ from telemetry.kafka.authenticator import KafkaSecurity
 from telemetry.kafka.listener import KafkaListener
 from telemetry.metastore import MetadataStoreError
 from telemetry.metastore.opening import open_store, store_location
+from telemetry.security.password_checks import PasswordChecks
 from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
@@ -147,13 +154,6 @@ def describe_security(settings: SecuritySettings) -> str:
 def warn_about_exposure(settings: Settings) -> None:
     """Say at start what an unauthenticated peer can reach (docs/security.md)."""
     security = settings.security
-    if not security.allow_anonymous and (
-        security.http_tls is None or security.http_tls.cafile is None
-    ):
-        _log.warning(
-            "allow_anonymous = false applies to the Kafka listener: the HTTP listener "
-            "still takes pushes from any peer that can connect (set http.tls.cafile)"
-        )
     if not security.enabled:
         exposed = [
             f"{name}={host}"
@@ -172,13 +172,12 @@ class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
     def __init__(self, settings: Settings) -> None:
+        # Connections never take the descriptors the log, landing and metastore need.
+        settings = replace(settings, limits=fit_to_descriptors(settings.limits, descriptor_limit()))
         self.settings = settings
         #: Who may do what, for every door (Kafka admin, SCRAM, HTTP admin, forward).
-        self.authorizer = Authorizer(
-            super_users=settings.admin.super_users,
-            admin_token=settings.admin.token,
-            admin_loopback=is_loopback(settings.http_host),
-            forward_token=settings.forward.token,
+        self.authorizer = Authorizer.from_settings(
+            settings.admin, http_host=settings.http_host, forward_token=settings.forward.token
         )
         self.manager = TelemetryManager(
             settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
@@ -188,6 +187,10 @@ class Server:
         self.listener: KafkaListener | None = None
         #: The metadata store applied on top of the file (``telemetry.admin``).
         self.admin: AdminPlane | None = None
+        #: What the HTTP listener's admission and timeouts did (also on /metrics).
+        self.http_connections: HttpConnectionStats | None = None
+        #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
+        self.password_checks: PasswordChecks | None = None
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -232,11 +235,18 @@ class Server:
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
+        self.password_checks = PasswordChecks(security.password_check_threads)
         kafka_security = KafkaSecurity(
             security,
             self.admin.store,
             wall_clock_ms,
-            scram_admin=ScramAdmin(self.authorizer, self.admin.store),
+            scram_admin=ScramAdmin(
+                self.authorizer,
+                self.admin.store,
+                quotas=self.enforcement.clients,
+                clock=wall_clock_ms,
+            ),
+            checks=self.password_checks,
         )
         self.listener = KafkaListener(
             settings.kafka,
@@ -300,6 +310,7 @@ class Server:
             log=self.log,
             decompressor=self.listener.decompressor,
             quotas=http_quotas,
+            memory=HttpRequestMemory(self.enforcement.request_memory, settings.http.memory_wait_ms),
         )
         registry.register(HttpIngestCollector(ingest.stats))
         store_stats = getattr(self.admin.store, "stats", None)
@@ -317,14 +328,41 @@ class Server:
         )
         registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)
+        store = self.admin.store
+        assert self.password_checks is not None  # made with the Kafka listener's security
+        authenticator = HttpAuthenticator(
+            security,
+            lambda mechanism, user: store.image.scram_credentials.get(
+                (user, mechanism.mechanism_id)
+            ),
+            self.password_checks,
+        )
+        app.middlewares.append(authenticator.middleware)
         add_ingest_routes(app, ingest)
-        add_admin_routes(app, self.admin, authorizer=self.authorizer)
-        self._runner = web.AppRunner(app, **RUNNER_OPTIONS)
+        add_admin_routes(
+            app,
+            self.admin,
+            authorizer=self.authorizer,
+            quotas=self.enforcement.clients,
+            clock=wall_clock_ms,
+        )
+        # An idle keep-alive connection closes after connections_max_idle_ms, as on Kafka.
+        idle_s = settings.limits.connections_max_idle_ms / 1000
+        self._runner = web.AppRunner(app, **RUNNER_OPTIONS, keepalive_timeout=idle_s)
         await self._runner.setup()
-        site = web.TCPSite(
+        gate = HttpConnectionGate(
+            self.enforcement.connections,
+            wall_clock_ms,
+            header_timeout_ms=settings.http.header_timeout_ms,
+            body_timeout_ms=settings.http.body_timeout_ms,
+        )
+        registry.register(HttpConnectionCollector(gate.stats))
+        self.http_connections = gate.stats
+        site = GatedTCPSite(
             self._runner,
             settings.http_host,
             settings.http_port,
+            gate=gate,
             ssl_context=tls_context("http", security.http_tls),
         )
         try:
@@ -359,6 +397,7 @@ class Server:
             steps.append(("kafka listener", self.listener.close))
         if self._runner is not None:
             steps.append(("http listener", self._runner.cleanup))
+        steps.append(("password checks", self._close_password_checks))
         if self.rollup_retention is not None:
             steps.append(("rollup retention", self.rollup_retention.stop))
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
@@ -407,6 +446,12 @@ class Server:
         except Exception as error:  # a stored value this version refuses
             raise StartupError(f"metadata store {store.location}: {error}") from error
         self.admin.follow_store()
+        warn_about_unsecured_scram_users(store.image, settings.security.configured)
+
+    async def _close_password_checks(self) -> None:
+        checks, self.password_checks = self.password_checks, None
+        if checks is not None:
+            checks.close()
 
     async def _interrupt_metadata_changes(self) -> None:
         if self.admin is not None:
@@ -469,6 +514,7 @@ class Server:
             return
         try:
             fresh = load_settings(self.settings.config_path)
+            fresh = replace(fresh, limits=fit_to_descriptors(fresh.limits, descriptor_limit()))
             if self.admin is not None:  # the file under the dynamic layer
                 self.admin.reload(fresh.subscriptions, fresh.quotas, fresh.limits)
             else:

@@ -26,7 +26,13 @@ from telemetry.core.settings import TelemetryConfig, parse_subscriptions, parse_
 from telemetry.core.subscriptions import Subscription, validate_subscription
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError
-from telemetry.http.settings import ForwardSettings, parse_forward
+from telemetry.http.settings import (
+    HTTP_LIMIT_KEYS,
+    ForwardSettings,
+    HttpLimits,
+    parse_forward,
+    parse_http_limits,
+)
 from telemetry.ingest import LogConfig
 from telemetry.ingest.config import parse_log
 from telemetry.kafka.settings import (
@@ -81,6 +87,8 @@ class Settings:
     kafka: KafkaListenerConfig = field(default_factory=KafkaListenerConfig)
     http_host: str = "127.0.0.1"
     http_port: int = 8714
+    #: ``[http] header_timeout_ms``, ``body_timeout_ms``, ``memory_wait_ms``.
+    http: HttpLimits = field(default_factory=HttpLimits)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
     subscriptions: tuple[Subscription, ...] = ()
@@ -190,7 +198,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         else default_subscriptions()
     )
     exporters = _exporters_in(document, data_dir)
-    http_section = toml.section("http", document, {"listen", "tls"})
+    http_section = toml.section("http", document, {"listen", "tls", *HTTP_LIMIT_KEYS})
     http_host, http_port = toml.parse_host_port(
         "http.listen", http_section.get("listen", DEFAULT_HTTP_LISTEN)
     )
@@ -213,6 +221,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         kafka=kafka,
         http_host=http_host,
         http_port=http_port,
+        http=parse_http_limits(http_section),
         telemetry=parse_telemetry(
             toml.section(
                 "telemetry",

@@ -19,6 +19,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Self
 
+from telemetry.wire.primitives import MAX_ADMIN_ITEMS
+
 if TYPE_CHECKING:
     from telemetry.wire.primitives import Reader, Writer
 
@@ -90,7 +92,7 @@ class DescribeConfigsResource:
 def _read_describe_resource(reader: Reader, flexible: bool) -> DescribeConfigsResource:
     resource_type = reader.int8()
     resource_name = reader.string(flexible)
-    keys = reader.nullable_array(lambda r: r.string(flexible), flexible)
+    keys = reader.nullable_array(lambda r: r.string(flexible), flexible, limit=MAX_ADMIN_ITEMS)
     if flexible:
         reader.tagged_fields()
     return DescribeConfigsResource(
@@ -109,7 +111,11 @@ class DescribeConfigsRequest:
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
         flexible = version >= DESCRIBE_CONFIGS_FLEXIBLE_SINCE
-        resources = tuple(reader.array(lambda r: _read_describe_resource(r, flexible), flexible))
+        resources = tuple(
+            reader.array(
+                lambda r: _read_describe_resource(r, flexible), flexible, limit=MAX_ADMIN_ITEMS
+            )
+        )
         include_synonyms = reader.boolean()
         include_documentation = reader.boolean() if version >= 3 else False
         if flexible:
@@ -319,7 +325,9 @@ class AlterConfigsResource:
 def _read_alter_resource(reader: Reader, flexible: bool) -> AlterConfigsResource:
     resource_type = reader.int8()
     resource_name = reader.string(flexible)
-    configs = tuple(reader.array(lambda r: _read_alterable(r, flexible), flexible))
+    configs = tuple(
+        reader.array(lambda r: _read_alterable(r, flexible), flexible, limit=MAX_ADMIN_ITEMS)
+    )
     if flexible:
         reader.tagged_fields()
     return AlterConfigsResource(
@@ -335,7 +343,11 @@ class IncrementalAlterConfigsRequest:
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
         flexible = version >= INCREMENTAL_ALTER_CONFIGS_FLEXIBLE_SINCE
-        resources = tuple(reader.array(lambda r: _read_alter_resource(r, flexible), flexible))
+        resources = tuple(
+            reader.array(
+                lambda r: _read_alter_resource(r, flexible), flexible, limit=MAX_ADMIN_ITEMS
+            )
+        )
         validate_only = reader.boolean()
         if flexible:
             reader.tagged_fields()
@@ -425,7 +437,9 @@ class ListConfigResourcesRequest:
 
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
-        resource_types = reader.int8_array(compact=True) if version >= 1 else ()
+        resource_types = (
+            reader.int8_array(compact=True, limit=MAX_ADMIN_ITEMS) if version >= 1 else ()
+        )
         reader.tagged_fields()
         return cls(resource_types=resource_types)
 

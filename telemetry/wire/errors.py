@@ -35,6 +35,15 @@ class MalformedFrameError(WireError):
     """
 
 
+class TooManyElementsError(MalformedFrameError):
+    """An array counts more elements than the request may carry, refused at the count.
+
+    A subclass of :class:`MalformedFrameError`, so the listener closes the
+    connection without decoding the elements (as Kafka does for a request it
+    cannot read).
+    """
+
+
 class UnsupportedApiKeyError(WireError):
     """The header names an api key that kip714 does not implement."""
 

@@ -17,7 +17,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 from uuid import UUID
 
-from telemetry.wire.errors import MalformedFrameError
+from telemetry.wire.errors import MalformedFrameError, TooManyElementsError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -38,6 +38,23 @@ ZERO_UUID: Final = UUID(int=0)
 
 def _short(what: str, pos: int) -> MalformedFrameError:
     return MalformedFrameError(f"frame truncated reading {what} at offset {pos}")
+
+
+MAX_ADMIN_ITEMS: Final = 1000
+"""The most resources, entities, users or keys one admin request may name.
+
+Every admin answer costs work per item (a described config, a validated
+change, a token drawn); a request naming more is refused at its array's
+count, before any item is decoded, by closing the connection.
+"""
+
+
+def _within(count: int, limit: int | None, position: int) -> int:
+    if limit is not None and count > limit:
+        raise TooManyElementsError(
+            f"an array of {count} elements at offset {position}, more than {limit}"
+        )
+    return count
 
 
 @final
@@ -237,15 +254,21 @@ class Reader:
         n = self._length(compact, "array")
         return None if n < 0 else n
 
-    def array(self, item: Callable[[Reader], T], compact: bool) -> list[T]:
-        return [item(self) for _ in range(self.array_length(compact))]
+    def array(
+        self, item: Callable[[Reader], T], compact: bool, *, limit: int | None = None
+    ) -> list[T]:
+        """``limit``: the most elements a request may carry, refused at the count."""
+        n = _within(self.array_length(compact), limit, self.pos)
+        return [item(self) for _ in range(n)]
 
-    def nullable_array(self, item: Callable[[Reader], T], compact: bool) -> list[T] | None:
+    def nullable_array(
+        self, item: Callable[[Reader], T], compact: bool, *, limit: int | None = None
+    ) -> list[T] | None:
         n = self.nullable_array_length(compact)
-        return None if n is None else [item(self) for _ in range(n)]
+        return None if n is None else [item(self) for _ in range(_within(n, limit, self.pos))]
 
-    def int8_array(self, compact: bool) -> tuple[int, ...]:
-        n = self.array_length(compact)
+    def int8_array(self, compact: bool, *, limit: int | None = None) -> tuple[int, ...]:
+        n = _within(self.array_length(compact), limit, self.pos)
         return struct.unpack(f">{n}b", self.raw(n))
 
     def int32_array(self, compact: bool) -> tuple[int, ...]:

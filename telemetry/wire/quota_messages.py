@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Self
 
+from telemetry.wire.primitives import MAX_ADMIN_ITEMS
+
 if TYPE_CHECKING:
     from telemetry.wire.primitives import Reader, Writer
 
@@ -94,7 +96,9 @@ class DescribeClientQuotasRequest:
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
         flexible = version >= QUOTAS_FLEXIBLE_SINCE
-        components = tuple(reader.array(lambda r: _read_component(r, flexible), flexible))
+        components = tuple(
+            reader.array(lambda r: _read_component(r, flexible), flexible, limit=MAX_ADMIN_ITEMS)
+        )
         strict = reader.boolean()
         if flexible:
             reader.tagged_fields()
@@ -213,8 +217,10 @@ def _read_op(reader: Reader, flexible: bool) -> QuotaOp:
 
 
 def _read_alter_entry(reader: Reader, flexible: bool) -> AlterClientQuotasEntry:
-    entity = tuple(reader.array(lambda r: _read_entity(r, flexible), flexible))
-    ops = tuple(reader.array(lambda r: _read_op(r, flexible), flexible))
+    entity = tuple(
+        reader.array(lambda r: _read_entity(r, flexible), flexible, limit=MAX_ADMIN_ITEMS)
+    )
+    ops = tuple(reader.array(lambda r: _read_op(r, flexible), flexible, limit=MAX_ADMIN_ITEMS))
     if flexible:
         reader.tagged_fields()
     return AlterClientQuotasEntry(entity=entity, ops=ops)
@@ -228,7 +234,9 @@ class AlterClientQuotasRequest:
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
         flexible = version >= QUOTAS_FLEXIBLE_SINCE
-        entries = tuple(reader.array(lambda r: _read_alter_entry(r, flexible), flexible))
+        entries = tuple(
+            reader.array(lambda r: _read_alter_entry(r, flexible), flexible, limit=MAX_ADMIN_ITEMS)
+        )
         validate_only = reader.boolean()
         if flexible:
             reader.tagged_fields()

@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Self
 
+from telemetry.wire.primitives import MAX_ADMIN_ITEMS
+
 if TYPE_CHECKING:
     from telemetry.wire.primitives import Reader, Writer
 
@@ -38,7 +40,7 @@ class DescribeUserScramCredentialsRequest:
 
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
-        users = reader.nullable_array(_read_user_name, compact=True)
+        users = reader.nullable_array(_read_user_name, compact=True, limit=MAX_ADMIN_ITEMS)
         reader.tagged_fields()
         return cls(users=None if users is None else tuple(users))
 
@@ -163,8 +165,8 @@ class AlterUserScramCredentialsRequest:
 
     @classmethod
     def read(cls, reader: Reader, version: int) -> Self:
-        deletions = tuple(reader.array(_read_deletion, compact=True))
-        upsertions = tuple(reader.array(_read_upsertion, compact=True))
+        deletions = tuple(reader.array(_read_deletion, compact=True, limit=MAX_ADMIN_ITEMS))
+        upsertions = tuple(reader.array(_read_upsertion, compact=True, limit=MAX_ADMIN_ITEMS))
         reader.tagged_fields()
         return cls(deletions=deletions, upsertions=upsertions)
 

@@ -1,4 +1,8 @@
-"""A real librdkafka producer pushes to `kip714 serve`; the rollup counts what it pushed."""
+"""A real librdkafka producer pushes to `kip714 serve`; the rollup counts what it pushed.
+
+The server lands in the lake's Iceberg table; the job runs on the lake as a
+subprocess, like a user would, and its rollup tables are read with pyiceberg.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
 from confluent_kafka import Producer
 
+from spark_jobs.lake import Lake
+from tests.spark_jobs.lake_writer import catalog
 from tests.telemetry.serve_process import ServeProcess
 
 CONFIG = """
@@ -19,7 +24,7 @@ CONFIG = """
 metrics = ["*"]
 "interval.ms" = 300
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 path = "{data}"
 max_file_age_s = 0.5
@@ -70,6 +75,7 @@ def test_rollup_counts_match_what_a_real_client_pushed(tmp_path: Path) -> None:
         if r["metric_type"] in ("gauge", "sum") and r["value"] is not None
     )
 
+    lake = Lake.under(data)
     result = subprocess.run(
         [sys.executable, "-m", "spark_jobs.job", "--data-dir", str(data), "--windows", "1h"],
         capture_output=True,
@@ -83,7 +89,7 @@ def test_rollup_counts_match_what_a_real_client_pushed(tmp_path: Path) -> None:
 
     rolled: collections.Counter[tuple[str, str]] = collections.Counter()
     for name, kind, column in (("gauges_1h", "gauge", "count"), ("sums_1h", "sum", "points")):
-        table = ds.dataset(data / "rollups" / name, partitioning="hive").to_table()
+        table = catalog(lake).load_table(f"{lake.namespace}.{name}").scan().to_arrow()
         for metric, client, n in zip(
             table.column("metric_name").to_pylist(),
             table.column("client_id").to_pylist(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +11,26 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.io import read_landing
+from spark_jobs.io import LANDING_SNAPSHOT_PROPERTY, read_landing
 from spark_jobs.job import main
+from spark_jobs.lake import Lake
 from spark_jobs.rollups import gauge_rollup
+from tests.spark_jobs.lake_writer import append_rows
 from tests.spark_jobs.landing_data import PRODUCER, two_hours
-from tests.spark_jobs.support import at, point, write_landing
+from tests.spark_jobs.support import at, point
 
 RANGE = ["--from", "2026-11-21T04:00Z", "--to", "2026-11-21T06:00Z"]
 
 
+def lake_args(lake: Lake) -> list[str]:
+    return ["--data-dir", str(lake.catalog_file.parent.parent), "--namespace", lake.namespace]
+
+
 def test_rollup_writes_every_output_and_a_rerun_picks_up_late_data(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, lake: Lake, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = str(tmp_path)
-    write_landing(tmp_path, two_hours(), "part-1")
-    assert main(["--data-dir", data, *RANGE]) == 0
+    first = append_rows(lake, two_hours())
+    assert main([*lake_args(lake), *RANGE]) == 0
     out = capsys.readouterr().out
     assert "120 data points read" in out
     for name in ("gauges_1m", "sums_1h", "histograms_1m", "top_clients_1h", "client_health_1h"):
@@ -32,50 +38,70 @@ def test_rollup_writes_every_output_and_a_rerun_picks_up_late_data(
     assert "top clients by p99 request latency" in out
     assert out.index("p2 (producer") < out.index("p1 (producer")  # p2's latency is 3x p1's
 
-    gauges = spark.read.parquet(f"{data}/rollups/gauges_1m").drop("date", "hour")
-    landing = read_landing(spark, data, at(0), at(0, hour=6))
+    gauges = spark.table(lake.table("gauges_1m"))
+    landing = read_landing(spark, lake, [(at(0), at(0, hour=6))], None)
     assertDataFrameEqual(gauges, gauge_rollup(landing, "1m"))
-    health = spark.read.parquet(f"{data}/rollups/client_health_1h")
-    assert health.count() == 4  # two clients, two hours
+    assert spark.table(lake.table("client_health_1h")).count() == 4  # two clients, two hours
+    snapshots = lake.table("gauges_1h") + ".snapshots"
+    recorded = spark.sql(
+        f"SELECT summary['{LANDING_SNAPSHOT_PROPERTY}'] AS s FROM {snapshots}"
+        " WHERE operation = 'overwrite'"
+    ).collect()
+    assert [r["s"] for r in recorded] == [str(first)]
 
-    # A late file for 04:00 lands; rerunning the same hours replaces those partitions only.
-    late = point(time=at(30, 30), metric_name=PRODUCER + "record.queue.time.avg", value=100.0,
-                 client_id="p1", client_instance_id="p1-i", push_offset=99)  # fmt: skip
-    write_landing(tmp_path, [late], "part-late")
-    assert main(["--data-dir", data, *RANGE]) == 0
+    # A late point for 04:30 lands at 05:50; rerunning the same hours replaces their windows.
+    late = point(time=at(30, 30), received_time=at(50, hour=5), client_id="p1",
+                 metric_name=PRODUCER + "record.queue.time.avg", value=100.0,
+                 client_instance_id="p1-i", push_offset=99)  # fmt: skip
+    append_rows(lake, [late])
+    assert main([*lake_args(lake), *RANGE]) == 0
     capsys.readouterr()
-    hourly = spark.read.parquet(f"{data}/rollups/gauges_1h")
+    hourly = spark.table(lake.table("gauges_1h"))
     queue = hourly.where(
         (hourly.metric_name == PRODUCER + "record.queue.time.avg") & (hourly.client_id == "p1")
     )
-    assert sorted((r["hour"], r["count"], r["max"]) for r in queue.collect()) == [
+    assert sorted((r["window_start"].hour, r["count"], r["max"]) for r in queue.collect()) == [
         (4, 7, 100.0),
         (5, 6, 1.0),
     ]
 
 
-def test_no_data_in_range_is_one_line_and_status_2(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_points_left_out_are_named_by_metric(
+    spark: SparkSession, lake: Lake, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_landing(tmp_path, [point(time=at(0, 1))], "part-1")
-    assert (
-        main(
-            ["--data-dir", str(tmp_path), "--from", "2020-01-01T00:00", "--to", "2020-01-01T02:00"]
-        )
-        == 2
-    )
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert err.startswith("kip714 rollup: error: no landing data between 2020-01-01T00:00Z")
+    nan = [point(time=at(1, s), metric_name="java.avg", value=None) for s in range(3)]
+    append_rows(lake, [*nan, point(time=at(2), metric_name="ok", value=1.0),
+                       point(time=at(3), metric_name="other.avg", value=None)])  # fmt: skip
+    assert main([*lake_args(lake), *RANGE, "--windows", "1h"]) == 0
+    out = capsys.readouterr().out
+    assert "not rolled up: 4 gauge points (no value):" in out
+    assert out.index("3  java.avg") < out.index("1  other.avg")
 
 
-def test_missing_data_dir_is_one_line_and_status_2(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.job", "--data-dir", str(tmp_path / "nope")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_no_data_in_range_is_refused_before_any_jvm(tmp_path: Path) -> None:
+    lake = Lake.under(tmp_path)
+    append_rows(lake, [point(time=at(0, 1))])
+    command = [sys.executable, "-m", "spark_jobs.job", "--data-dir", str(tmp_path),
+               "--from", "2020-01-01T00:00", "--to", "2020-01-01T02:00"]  # fmt: skip
+    # No JVM can start with this JAVA_HOME: status 2 (not 1) shows none was needed.
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False,
+                            env=env)  # fmt: skip
     assert result.returncode == 2
-    assert result.stderr == f"kip714 rollup: error: data directory not found: {tmp_path / 'nope'}\n"
+    assert result.stderr.startswith(
+        "kip714 rollup: error: no landing data between 2020-01-01T00:00Z"
+    )
+    assert result.stderr.count("\n") == 1
+
+
+def test_missing_data_dir_and_missing_lake_are_one_line_and_status_2(tmp_path: Path) -> None:
+    for data_dir, message in (
+        (tmp_path / "nope", f"data directory not found: {tmp_path / 'nope'}"),
+        (tmp_path, f"no lake catalog at {tmp_path / 'lake' / 'catalog.db'}"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "spark_jobs.job", "--data-dir", str(data_dir)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2
+        assert result.stderr == f"kip714 rollup: error: {message}\n"

@@ -133,6 +133,15 @@ def test_histograms_merge_per_layout_and_difference_cumulative_points(spark: Spa
         histogram_rollup_from(histogram_rollup(points, "1m"), "1h"),
         [tuple(row) for row in histogram_rollup(points, "1h").collect()],
     )
+    # Summing per bucket index (no lambdas) gives the very same rows as the fold.
+    for window in ("1m", "1h"):
+        expected = [tuple(row) for row in histogram_rollup(points, window).collect()]
+        assert_rows(spark, histogram_rollup(points, window, max_buckets=4), expected)
+    assert_rows(
+        spark,
+        histogram_rollup_from(histogram_rollup(points, "1m", max_buckets=3), "1h", max_buckets=3),
+        [tuple(row) for row in histogram_rollup(points, "1h").collect()],
+    )
     assert_rows(
         spark,
         unrolled_points(

@@ -1,17 +1,13 @@
-"""The Spark landing schema and the Parquet writer's pyarrow schema agree field by field."""
+"""The Spark landing schema, the landing table's and what Spark reads from it agree."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
     DataType,
-    DecimalType,
     DoubleType,
     IntegerType,
     LongType,
@@ -20,15 +16,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.schema import LANDING_SCHEMA, PARTITION_COLUMNS, landing_schema
-from tests.spark_jobs.support import writer_schema
+from exporters.otlp_rows import arrow_schema
+from spark_jobs.lake import Lake
+from spark_jobs.schema import LANDING_SCHEMA
+from tests.spark_jobs.lake_writer import append_rows, landing_arrow_schema
+from tests.spark_jobs.support import at, point
 
 
 def spark_type_for(arrow: pa.DataType) -> DataType:
-    """The type Spark's Parquet reader gives a column the writer stores as ``arrow``."""
+    """The type Spark reads for an Iceberg column the landing writes as ``arrow``."""
     if pa.types.is_timestamp(arrow):
-        assert arrow.unit in ("us", "ms"), f"Spark cannot read timestamp[{arrow.unit}]"
-        assert arrow.tz == "UTC", "landing times are UTC instants"
+        assert arrow.unit == "us", "Iceberg timestamps are microseconds"
+        assert arrow.tz == "UTC", "landing times are UTC instants (timestamptz)"
         return TimestampType()
     simple: dict[pa.DataType, DataType] = {
         pa.string(): StringType(),
@@ -37,8 +36,6 @@ def spark_type_for(arrow: pa.DataType) -> DataType:
         pa.float64(): DoubleType(),
         pa.int32(): IntegerType(),
         pa.int64(): LongType(),
-        pa.uint32(): LongType(),
-        pa.uint64(): DecimalType(20, 0),
     }
     if arrow in simple:
         return simple[arrow]
@@ -50,34 +47,23 @@ def spark_type_for(arrow: pa.DataType) -> DataType:
 
 
 def test_fields_agree_one_by_one() -> None:
-    arrow = writer_schema()
+    arrow = landing_arrow_schema()
+    assert arrow.names == [*arrow_schema().names, "node_id", "ingest_node"]
     assert [f.name for f in LANDING_SCHEMA.fields] == arrow.names
     for spark_field, arrow_field in zip(LANDING_SCHEMA.fields, arrow, strict=True):
         expected = spark_type_for(arrow_field.type)
-        actual = spark_field.dataType
-        if isinstance(actual, ArrayType | MapType):
-            # Spark marks list elements and map values nullable; compare the shapes.
-            assert actual.simpleString() == expected.simpleString(), spark_field.name
-        else:
-            assert actual == expected, spark_field.name
-    assert [f.name for f in landing_schema().fields][-2:] == list(PARTITION_COLUMNS)
+        assert spark_field.dataType.simpleString() == expected.simpleString(), spark_field.name
 
 
-def test_spark_reads_a_writer_file_with_the_explicit_schema(
-    spark: SparkSession, tmp_path: Path
+def test_spark_reads_the_landing_table_in_the_stated_schema(
+    spark: SparkSession, lake: Lake
 ) -> None:
-    # Includes the corners: unsigned counts at 2**63 and maps, read as typed.
-    rows: dict[str, list[object]] = {name: [None] for name in writer_schema().names}
-    rows.update(
-        time=[1_763_700_000_000_000],
-        count=[2**63 + 1],
-        bucket_counts=[[1, 2**63]],
-        attributes=[[("node.id", "1")]],
-        metric_name=["m"],
-    )
-    table = pa.table(rows, schema=writer_schema())
-    pq.write_table(table, tmp_path / "x.parquet")
-    read = spark.read.schema(LANDING_SCHEMA).parquet(str(tmp_path / "x.parquet")).collect()
-    assert read[0]["count"] == 2**63 + 1
-    assert read[0]["bucket_counts"] == [1, 2**63]
-    assert read[0]["attributes"] == {"node.id": "1"}
+    append_rows(lake, [point(time=at(0), metric_type="histogram", count=2**63 - 1,
+                             bucket_counts=[1, 2**62], attributes={"node.id": "7"})])  # fmt: skip
+    table = spark.table(lake.landing)
+    assert [(f.name, f.dataType.simpleString()) for f in table.schema.fields] == [
+        (f.name, f.dataType.simpleString()) for f in LANDING_SCHEMA.fields
+    ]
+    row = table.collect()[0]
+    assert (row["count"], row["bucket_counts"], row["node_id"]) == (2**63 - 1, [1, 2**62], "7")
+    assert row["attributes"] == {"node.id": "7"}

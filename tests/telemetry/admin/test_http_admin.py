@@ -25,6 +25,8 @@ async def call(
     assert server.http_address is not None
     host, port = server.http_address
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if method == "DELETE":  # no body, but an admin change is JSON (a browser cannot send it)
+        headers["Content-Type"] = "application/json"
     async with (
         aiohttp.ClientSession() as session,
         session.request(

@@ -12,10 +12,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from telemetry.admin.authorizer import Authorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.plane import AdminPlane, merge_quotas
+from telemetry.admin.settings import AdminSettings
 from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import (
+    ClientQuotas,
     ClientQuotaSettings,
     Enforcement,
     IpQuotaSettings,
@@ -150,7 +153,11 @@ async def test_without_a_token_the_http_admin_api_is_off_off_loopback(tmp_path: 
     with MetadataStore.open(tmp_path) as store:
         app = web.Application()
         add_admin_routes(
-            app, _plane(store, SubscriptionRegistry()), token=None, http_host="192.0.2.1"
+            app,
+            _plane(store, SubscriptionRegistry()),
+            authorizer=Authorizer.from_settings(AdminSettings(), http_host="192.0.2.1"),
+            quotas=ClientQuotas(QuotaSettings()),
+            clock=lambda: 0,
         )
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
             response = await client.post("/admin/subscriptions/x", json={"set": {"metrics": "*"}})

@@ -523,5 +523,5 @@ async def test_a_big_json_body_is_parsed_off_the_event_loop(tmp_path: Path) -> N
 
 
 def _worker_threads() -> int:
-    """The OTLP/JSON parser threads (of every server in this process)."""
-    return sum(t.name.startswith("otlp-json") for t in threading.enumerate())
+    """The OTLP decoding threads (of every server in this process)."""
+    return sum(t.name.startswith("otlp-decode") for t in threading.enumerate())

@@ -277,7 +277,8 @@ def test_exposure_warnings(caplog: pytest.LogCaptureFixture) -> None:
                 )
             )
         )
-    assert "the HTTP listener still takes pushes" in caplog.text
+    # The HTTP ingestion routes require a principal too (telemetry.http.authentication).
+    assert "still takes pushes" not in caplog.text
 
 
 async def test_plain_password_checks_run_off_the_event_loop(tmp_path: Path) -> None:
@@ -293,7 +294,11 @@ async def test_plain_password_checks_run_off_the_event_loop(tmp_path: Path) -> N
             assert release.wait(30)
             return password == "bob-pw"
 
-    async with running(tmp_path, SECURED.format(reauth_ms=0)) as server:
+    # Two check threads: the slow check holds one, the other login takes the second.
+    config = SECURED.format(reauth_ms=0).replace(
+        "[security]\n", "[security]\npassword_check_threads = 2\n"
+    )
+    async with running(tmp_path, config) as server:
         assert server.listener is not None and server.listener.security is not None
         security = server.listener.security
         security.settings = dataclasses.replace(
@@ -387,7 +392,11 @@ async def test_a_password_check_that_raises_is_58_and_logged(
         def matches(self, password: str) -> bool:
             raise MemoryError("no memory for PBKDF2")
 
-    async with running(tmp_path, SECURED.format(reauth_ms=0)) as server:
+    # Two check threads: the slow check holds one, the other login takes the second.
+    config = SECURED.format(reauth_ms=0).replace(
+        "[security]\n", "[security]\npassword_check_threads = 2\n"
+    )
+    async with running(tmp_path, config) as server:
         assert server.listener is not None and server.listener.security is not None
         security = server.listener.security
         security.settings = dataclasses.replace(

@@ -22,7 +22,8 @@ from telemetry.metastore import (
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
 )
-from telemetry.metastore.records import HEADER, MAX_BODY
+from telemetry.metastore.frames import FILE_MAGIC, HEAD
+from telemetry.metastore.records import MAX_BODY
 from telemetry.security import ScramMechanism, derive_credential
 
 
@@ -121,7 +122,7 @@ def test_an_acknowledged_append_survives_kill_9(tmp_path: Path) -> None:
         assert store.image.client_metrics == {"s": {"metrics": "*"}}
 
 
-@pytest.mark.parametrize("cut", [1, 5, HEADER.size, HEADER.size + 3])
+@pytest.mark.parametrize("cut", [1, 5, HEAD.size, HEAD.size + 3])
 def test_a_torn_tail_is_cut_and_logged(
     tmp_path: Path, cut: int, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -163,7 +164,7 @@ def test_damage_before_the_tail_refuses_to_open(tmp_path: Path) -> None:
         store.append([_config("b", "metrics", "*")])
     segment = _segments(tmp_path)[0]
     data = bytearray(segment.read_bytes())
-    data[HEADER.size + 3] ^= 0x01  # inside the first batch's body
+    data[len(FILE_MAGIC) + HEAD.size + 3] ^= 0x01  # inside the first batch's body
     segment.write_bytes(bytes(data))
     with pytest.raises(MetadataCorruptionError, match="not a torn write"):
         MetadataStore.open(tmp_path)
@@ -174,7 +175,7 @@ def test_a_lying_length_costs_no_allocation(tmp_path: Path) -> None:
         store.append([_config("a", "metrics", "*")])
     segment = _segments(tmp_path)[0]
     with segment.open("ab") as file:
-        file.write(HEADER.pack(MAX_BODY + 1, 0))
+        file.write(HEAD.pack(MAX_BODY + 1, 0, 0))
     with MetadataStore.open(tmp_path) as store:  # the tail is cut, nothing allocated for it
         assert set(store.image.client_metrics) == {"a"}
 
@@ -283,7 +284,7 @@ def test_an_empty_append_writes_nothing(tmp_path: Path) -> None:
     with MetadataStore.open(tmp_path) as store:
         store.append([])
         assert store.next_offset == 0
-    assert _segments(tmp_path)[0].stat().st_size == 0
+    assert _segments(tmp_path)[0].read_bytes() == FILE_MAGIC
 
 
 def test_a_failed_snapshot_is_logged_and_the_log_keeps_everything(

@@ -1,0 +1,255 @@
+"""What hostile traffic costs other clients of ``kip714 serve``, each beside an idle baseline.
+
+One run, one ``kip714 serve`` subprocess (``[security]`` with PLAIN users,
+an admin token), three measurements, each first idle then under attack:
+
+1. **admin change during a PLAIN flood**: the time of an HTTP admin change
+   (``POST /admin/subscriptions/...``, fsynced) while 250 connections send
+   wrong PLAIN passwords (goal < 1 s);
+2. **Kafka RTT while OTLP bombs decode**: ApiVersions round trips on one Kafka
+   connection while gzip OTLP/JSON bodies that expand to 14 MiB (under the
+   default 16 MiB bound) are posted (goal: median < 20 ms);
+3. **refusing a 300,000-resource DescribeConfigs**: from the last byte sent to
+   the connection's close, beside a one-resource DescribeConfigs answered
+   (goal < 100 ms).
+
+    python3 benchmarks/hostile_bench.py          # about a minute
+    python3 benchmarks/hostile_bench.py --quick  # fewer attackers and bombs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests' helpers
+
+from telemetry.security.settings import hash_password
+from telemetry.wire import SIZE_PREFIX, ApiKey, ApiVersionsRequest, encode_request
+from telemetry.wire.admin_apis import AdminApiKey, encode_admin_request
+from telemetry.wire.config_messages import DescribeConfigsRequest, DescribeConfigsResource
+from telemetry.wire.headers import RequestHeader
+from telemetry.wire.sasl_messages import SaslAuthenticateRequest, SaslHandshakeRequest
+from tests.telemetry.http.test_http_memory import json_bomb
+
+HOST: Final = "127.0.0.1"
+TOKEN: Final = "bench-token"
+_SERVING: Final = re.compile(r"kafka=[^ ]+:(\d+) advertised=\S+ http=[^ ]+:(\d+)")
+
+
+def _config() -> str:
+    # The server's default PBKDF2 cost: what a real deployment pays per PLAIN attempt.
+    secret = hash_password("right").encoded()
+    return (
+        '[subscriptions.bench]\nmetrics = ["*"]\n'
+        f'[admin]\ntoken = "{TOKEN}"\n'
+        "[security]\nallow_anonymous = true\n"
+        f'[security.plain_users]\nbench = "{secret}"\n'
+    )
+
+
+class Server:
+    def __init__(self, workdir: Path) -> None:
+        config = workdir / "kip714.toml"
+        config.write_text(_config())
+        self.command = [
+            sys.executable, "-m", "telemetry", "serve", "--config", str(config),
+            "--data-dir", str(workdir / "data"), "--kafka-listen", f"{HOST}:0",
+            "--http-listen", f"{HOST}:0",
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[str] | None = None
+        self.kafka = self.http = 0
+        self.lines: list[str] = []
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stderr is not None
+        stderr = self.proc.stderr
+        threading.Thread(target=lambda: self.lines.extend(stderr), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            match = next(filter(None, map(_SERVING.search, list(self.lines))), None)
+            if match:
+                self.kafka, self.http = int(match[1]), int(match[2])
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError("kip714 serve did not start:\n" + "".join(self.lines[-20:]))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _header(api_key: int, version: int, correlation_id: int = 1) -> RequestHeader:
+    return RequestHeader(
+        api_key=api_key, api_version=version, correlation_id=correlation_id, client_id="bench"
+    )
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = SIZE_PREFIX.unpack(await asyncio.wait_for(reader.readexactly(4), 60))
+    return await asyncio.wait_for(reader.readexactly(size), 60)
+
+
+async def _admin_change_ms(server: Server, interval: int) -> float:
+    url = f"http://{HOST}:{server.http}/admin/subscriptions/bench"
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    body = json.dumps({"set": {"interval.ms": interval}})
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        async with session.post(url, data=body, headers=headers) as response:
+            await response.read()
+            assert response.status == 200, response.status
+        return (time.perf_counter() - started) * 1000
+
+
+async def _wrong_password(server: Server) -> None:
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError, TimeoutError):
+        reader, writer = await asyncio.open_connection(HOST, server.kafka)
+        try:
+            handshake = SaslHandshakeRequest(mechanism="PLAIN")
+            writer.write(encode_admin_request(_header(AdminApiKey.SASL_HANDSHAKE, 1), handshake))
+            await _read_frame(reader)
+            token = SaslAuthenticateRequest(auth_bytes=b"\0bench\0wrong")
+            writer.write(encode_admin_request(_header(AdminApiKey.SASL_AUTHENTICATE, 1), token))
+            await _read_frame(reader)
+        finally:
+            writer.close()
+
+
+async def plain_flood(server: Server, attackers: int) -> tuple[float, float]:
+    idle = statistics.median([await _admin_change_ms(server, 1000 + i) for i in range(5)])
+    flood = [asyncio.ensure_future(_wrong_password(server)) for _ in range(attackers)]
+    await asyncio.sleep(0.2)  # the flood is queued and hashing
+    attacked = await _admin_change_ms(server, 2000)
+    await asyncio.gather(*flood)
+    return idle, attacked
+
+
+async def _rtts(server: Server, stop: asyncio.Event, count: int) -> list[float]:
+    reader, writer = await asyncio.open_connection(HOST, server.kafka)
+    request = ApiVersionsRequest(client_software_name="bench", client_software_version="1")
+    rtts = []
+    try:
+        for i in range(count):
+            if stop.is_set():
+                break
+            started = time.perf_counter()
+            writer.write(encode_request(_header(ApiKey.API_VERSIONS, 3, i), request))
+            await _read_frame(reader)
+            rtts.append((time.perf_counter() - started) * 1000)
+            await asyncio.sleep(0.005)
+    finally:
+        writer.close()
+    return rtts
+
+
+def _bomb(decoded_bytes: int) -> bytes:
+    return json_bomb(decoded_bytes // 16)  # '{"asInt": "1"}, ' per point
+
+
+async def rtt_under_bombs(server: Server, bombs: int) -> tuple[float, float, int]:
+    stop = asyncio.Event()
+    idle = statistics.median(await _rtts(server, stop, 200))
+    body = _bomb(14 * 1024 * 1024)  # under the default max_decompressed_bytes (16 MiB)
+    url = f"http://{HOST}:{server.http}/v1/metrics"
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+    async def post(session: aiohttp.ClientSession) -> int:
+        async with session.post(url, data=body, headers=headers) as response:
+            await response.read()
+            return response.status
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        measuring = asyncio.ensure_future(_rtts(server, stop, 100_000))
+        statuses = await asyncio.gather(*(post(session) for _ in range(bombs)))
+        stop.set()
+        attacked = await measuring
+    return idle, statistics.median(attacked), statuses.count(200)
+
+
+async def _describe_configs_ms(server: Server, resources: int) -> float:
+    request = DescribeConfigsRequest(
+        resources=tuple(
+            DescribeConfigsResource(resource_type=16, resource_name=f"s{i}")
+            for i in range(resources)
+        )
+    )
+    frame = encode_admin_request(_header(AdminApiKey.DESCRIBE_CONFIGS, 4), request)
+    reader, writer = await asyncio.open_connection(HOST, server.kafka)
+    try:
+        writer.write(frame)
+        await writer.drain()
+        started = time.perf_counter()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await _read_frame(reader)  # answered, or the connection closes
+        return (time.perf_counter() - started) * 1000
+    finally:
+        writer.close()
+
+
+async def describe_configs(server: Server) -> tuple[float, float]:
+    idle = statistics.median([await _describe_configs_ms(server, 1) for _ in range(5)])
+    return idle, await _describe_configs_ms(server, 300_000)
+
+
+async def run(quick: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="kip714-hostile-") as workdir:
+        server = Server(Path(workdir))
+        server.start()
+        try:
+            idle, attacked = await plain_flood(server, 50 if quick else 250)
+            print(
+                f"admin change:      idle {idle:8.1f} ms   during a "
+                f"{50 if quick else 250}-attempt PLAIN flood {attacked:8.1f} ms   (goal < 1000)"
+            )
+            idle, attacked, landed = await rtt_under_bombs(server, 2 if quick else 8)
+            print(
+                f"Kafka RTT median:  idle {idle:8.2f} ms   while 14 MiB OTLP bodies decode "
+                f"{attacked:8.2f} ms   (goal < 20; {landed} bombs answered 200)"
+            )
+            idle, refused = await describe_configs(server)
+            print(
+                f"DescribeConfigs:   1 resource {idle:6.2f} ms   300,000 resources refused in "
+                f"{refused:6.2f} ms   (goal < 100)"
+            )
+        finally:
+            server.stop()
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer attackers and bombs")
+    args = parser.parse_args(argv)
+    asyncio.run(run(args.quick))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

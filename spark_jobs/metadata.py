@@ -1,0 +1,120 @@
+"""What the lake's metadata says before any JVM starts: is there anything to roll up?
+
+pyiceberg reads the catalog and the table metadata (manifests included) in a
+fraction of a second, while a Spark session takes seconds to start: so an
+empty range, a missing table, or an incremental run with nothing new is
+answered here, and Spark starts only when there is work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+
+from spark_jobs.io import LANDING_SNAPSHOT_PROPERTY, NoDataError, Range
+from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
+
+__all__ = ["LakeState", "lake_state", "output_written_rows", "rows_in"]
+
+
+@dataclass(frozen=True, slots=True)
+class LakeState:
+    """The landing's newest snapshot; per output, the landing snapshot it was computed from."""
+
+    landing_snapshot_id: int
+    recorded: dict[str, int | None]
+    """Output name → recorded landing snapshot id (None: no such table or no record)."""
+    appended_since: list[int] | None
+    """Append snapshots after the common recorded one (None: no common record in the history)."""
+
+
+def _catalog(lake: Lake) -> SqlCatalog:
+    if not lake.catalog_file.is_file():
+        raise NoDataError(f"no lake catalog at {lake.catalog_file}")
+    return SqlCatalog(CATALOG_NAME, uri=lake.sqlalchemy_uri, warehouse=lake.warehouse_uri)
+
+
+def _load(catalog: SqlCatalog, lake: Lake, name: str) -> Table | None:
+    try:
+        return catalog.load_table(f"{lake.namespace}.{name}")
+    except NoSuchTableError:
+        return None
+
+
+def _recorded(table: Table | None) -> int | None:
+    snapshot = None if table is None else table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return None
+    value = snapshot.summary.additional_properties.get(LANDING_SNAPSHOT_PROPERTY)
+    return None if value is None else int(value)
+
+
+def _appends_after(landing: Table, current: int, recorded: int) -> list[int] | None:
+    """Append snapshots from ``current`` back to ``recorded`` (excluded); None: not an ancestor."""
+    appends: list[int] = []
+    snapshot = landing.snapshot_by_id(current)
+    while snapshot is not None:
+        if snapshot.snapshot_id == recorded:
+            return appends
+        operation = None if snapshot.summary is None else snapshot.summary.operation.value
+        if operation == "append":
+            appends.append(snapshot.snapshot_id)
+        parent = snapshot.parent_snapshot_id
+        snapshot = None if parent is None else landing.snapshot_by_id(parent)
+    return None
+
+
+def lake_state(lake: Lake, outputs: Iterable[str]) -> LakeState:
+    """The landing's current snapshot and what each output recorded.
+
+    Raises:
+        NoDataError: no catalog, no landing table, or a landing without a snapshot.
+    """
+    catalog = _catalog(lake)
+    landing = _load(catalog, lake, LANDING_TABLE)
+    if landing is None:
+        raise NoDataError(
+            f"no landing table {lake.namespace}.{LANDING_TABLE} in {lake.catalog_file}"
+        )
+    snapshot = landing.current_snapshot()
+    if snapshot is None:
+        raise NoDataError(f"the landing table {lake.namespace}.{LANDING_TABLE} is empty")
+    recorded = {name: _recorded(_load(catalog, lake, name)) for name in outputs}
+    common = set(recorded.values())
+    appended = None
+    if len(common) == 1 and None not in common:
+        appended = _appends_after(landing, snapshot.snapshot_id, common.pop())  # type: ignore[arg-type]
+    return LakeState(snapshot.snapshot_id, recorded, appended)
+
+
+def _time_filter(ranges: Iterable[Range]) -> str:
+    """pyiceberg's row filter for ``time`` in ``ranges`` (ISO literals bind to timestamptz)."""
+    return " OR ".join(
+        f"(time >= '{start.isoformat()}' AND time < '{end.isoformat()}')" for start, end in ranges
+    )
+
+
+def rows_in(lake: Lake, snapshot_id: int, ranges: list[Range]) -> int:
+    """Rows of the data files of ``snapshot_id`` that may hold a point in ``ranges``.
+
+    An upper bound from file statistics (a file overlapping a range counts
+    whole): 0 means there is certainly nothing to roll up.
+    """
+    landing = _load(_catalog(lake), lake, LANDING_TABLE)
+    if landing is None or not ranges:
+        return 0
+    scan = landing.scan(row_filter=_time_filter(ranges), snapshot_id=snapshot_id)
+    return sum(task.file.record_count for task in scan.plan_files())
+
+
+def output_written_rows(lake: Lake, name: str) -> int:
+    """Rows the newest commit of output ``name`` added (its snapshot summary)."""
+    table = _load(_catalog(lake), lake, name)
+    snapshot = None if table is None else table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.additional_properties.get("added-records", 0))

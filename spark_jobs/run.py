@@ -1,0 +1,130 @@
+"""One run's work in Spark: read the landing snapshot, compute the full set, replace the windows.
+
+Separate from ``job`` (arguments, pre-flight, exit codes) so the benchmark
+and the tests drive the very same steps in a warm session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
+
+from spark_jobs import io, metadata
+from spark_jobs.lake import Lake
+from spark_jobs.pipeline import plan_rollups, prepare_and_persist, scan_stats
+from spark_jobs.rollups import DEFAULT_LOOKBACK, unrolled_points
+
+__all__ = ["JobSummary", "run_rollups"]
+
+_PROG = "kip714 rollup"
+_UNROLLED_NAMES = 5
+
+
+@dataclass
+class JobSummary:
+    """What a run did, for the closing lines a user reads."""
+
+    snapshot_id: int
+    ranges: list[io.Range]
+    incremental_after: int | None = None
+    rows_read: int = 0
+    written: dict[str, int] = field(default_factory=dict)
+    unrolled: list[tuple[str, str, int, list[tuple[str, int]]]] = field(default_factory=list)
+    """``(metric_type, reason, points, [(metric_name, points), …])``, largest first."""
+    top_latency: list[tuple[str, str, str, float]] = field(default_factory=list)
+
+    def render(self) -> str:
+        spans = ", ".join(f"{s:%Y-%m-%dT%H:%M}Z .. {e:%Y-%m-%dT%H:%M}Z" for s, e in self.ranges)
+        source = f"landing snapshot {self.snapshot_id}"
+        if self.incremental_after is not None:
+            source = f"appends after snapshot {self.incremental_after} up to {self.snapshot_id}"
+        lines = [
+            f"{_PROG}: {spans or 'no windows touched'} ({source}), "
+            f"{self.rows_read:,} data points read",
+        ]
+        lines += [f"  {name:<24} {rows:>10,} rows written" for name, rows in self.written.items()]
+        for kind, reason, points, metrics in self.unrolled:
+            lines.append(f"  not rolled up: {points:,} {kind} points ({reason}):")
+            lines += [f"    {n:>10,}  {name}" for name, n in metrics[:_UNROLLED_NAMES]]
+            if len(metrics) > _UNROLLED_NAMES:
+                lines.append(f"    … and {len(metrics) - _UNROLLED_NAMES} more metrics")
+        if self.top_latency:
+            lines.append("  top clients by p99 request latency (worst broker, ms):")
+            lines += [
+                f"    {p99:10.1f}  {client_id} ({kind}, instance {instance})"
+                for client_id, instance, kind, p99 in self.top_latency
+            ]
+        return "\n".join(lines)
+
+
+def _unrolled(
+    points: DataFrame,
+) -> list[tuple[str, str, int, list[tuple[str, int]]]]:
+    rows = unrolled_points(points, by_metric=True).collect()
+    grouped: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for row in rows:
+        grouped.setdefault((row["metric_type"], row["reason"]), []).append(
+            (str(row["metric_name"]), int(row["points"]))
+        )
+    result = []
+    for (kind, reason), metrics in sorted(grouped.items()):
+        metrics.sort(key=lambda m: (-m[1], m[0]))
+        result.append((kind, reason, sum(n for _, n in metrics), metrics))
+    return result
+
+
+def run_rollups(
+    spark: SparkSession,
+    lake: Lake,
+    snapshot_id: int,
+    ranges: Sequence[io.Range],
+    windows: list[int],
+    outputs: Sequence[str],
+    *,
+    top: int = 10,
+    top_by: str = "p99",
+    incremental_after: int | None = None,
+) -> JobSummary:
+    """Recompute and replace every output over ``ranges`` from landing snapshot ``snapshot_id``."""
+    summary = JobSummary(snapshot_id, list(ranges), incremental_after)
+    if not ranges:
+        return summary
+    # Cumulative points need their predecessor: read DEFAULT_LOOKBACK before each range.
+    reach = io.merge_ranges((start - DEFAULT_LOOKBACK, end) for start, end in ranges)
+    points = io.read_landing(spark, lake, reach, snapshot_id)
+    # One scan of the landing for the whole run: every rollup reads this projection.
+    prepared = prepare_and_persist(points)
+    rollups = None
+    try:
+        in_range = prepared.where(io.within("time", ranges))
+        stats = scan_stats(prepared, ranges)  # also materialises the projection
+        summary.rows_read = stats.rows
+        rollups = plan_rollups(
+            prepared, ranges, windows, top=top, top_by=top_by, max_buckets=stats.max_buckets
+        )
+        assert list(rollups.outputs) == list(outputs), "output order is the job's contract"
+        for name, rollup in rollups.outputs.items():
+            io.write_output(rollup, lake, name, ranges, snapshot_id)
+            summary.written[name] = metadata.output_written_rows(lake, name)
+        summary.unrolled = _unrolled(in_range)
+    finally:
+        if rollups is not None:
+            rollups.unpersist()
+        prepared.unpersist()
+    health = spark.table(lake.table("client_health_1h")).where(io.within("window_start", ranges))
+    worst = (
+        health.where(sf.col("request_latency_p99_ms").isNotNull())
+        .groupBy("client_id", "client_instance_id", "client_type")
+        .agg(sf.max("request_latency_p99_ms").alias("p99"))
+        .orderBy(sf.col("p99").desc(), "client_id", "client_instance_id")
+        .limit(5)
+        .collect()
+    )
+    summary.top_latency = [
+        (str(r["client_id"]), str(r["client_instance_id"]), str(r["client_type"]), r["p99"])
+        for r in worst
+    ]
+    return summary

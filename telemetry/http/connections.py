@@ -1,0 +1,299 @@
+"""Admission and timeouts of HTTP connections, under the same ``[limits]`` as the Kafka listener.
+
+Kafka's ``SocketServer`` applies one ``ConnectionQuotas`` to every listener;
+so does kip714: each HTTP connection is admitted by the
+:class:`~telemetry.enforcement.ConnectionLimits` the Kafka listener uses
+(``max_connections`` and ``max_connections_per_ip`` count both listeners
+together, ``[[quotas.ips]]`` rates apply too) and released when it closes.
+
+aiohttp bounds none of a connection's waits but keep-alive (set from
+``connections_max_idle_ms`` by the caller), so a socket that never sends a
+byte held a descriptor for an hour. Here:
+
+* a request head must arrive whole within ``[http] header_timeout_ms`` of the
+  connection opening or of its first byte (later requests on a keep-alive
+  connection);
+* a body with a ``Content-Length`` or chunked encoding must arrive whole within
+  ``[http] body_timeout_ms`` of the end of its head.
+
+Refused and timed-out connections are counted (``/metrics``) and logged at
+most once per address and minute, so a flood cannot flood the log too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, cast
+
+from aiohttp import web
+
+from telemetry.enforcement import AdmissionOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from telemetry.enforcement import ConnectionLimits
+
+_log = logging.getLogger(__name__)
+
+LISTENER_NAME: Final = "http"
+DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
+DEFAULT_BODY_TIMEOUT_MS: Final = 60_000
+LOG_INTERVAL_S: Final = 60.0
+_MAX_LOGGED_ADDRESSES: Final = 4096
+_HEAD_END: Final = b"\r\n\r\n"
+_CHUNKED_END: Final = b"0\r\n\r\n"
+_CONTENT_LENGTH: Final = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,18})[ \t]*\r\n", re.I)
+_CHUNKED: Final = re.compile(rb"\r\ntransfer-encoding:[^\r\n]*chunked", re.I)
+_MAX_HEAD_SCAN: Final = 64 * 1024
+
+
+@dataclass
+class HttpConnectionStats:
+    """What the HTTP listener's admission did, for ``/metrics``."""
+
+    open: int = 0
+    accepted: int = 0
+    refused: Counter[str] = field(default_factory=Counter)
+    closed: Counter[str] = field(default_factory=Counter)
+
+
+class _RateLimitedLog:
+    """One line per address and minute; the table of addresses is bounded."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], float] = {}
+
+    def __call__(self, address: str, what: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        key = (address, what)
+        last = self._last.get(key)
+        if last is not None and now - last < LOG_INTERVAL_S:
+            return
+        if len(self._last) >= _MAX_LOGGED_ADDRESSES:
+            self._last = {k: t for k, t in self._last.items() if now - t < LOG_INTERVAL_S}
+            if len(self._last) >= _MAX_LOGGED_ADDRESSES:
+                return
+        self._last[key] = now
+        _log.warning(message, *args)
+
+
+class HttpConnectionGate:
+    """Builds the protocol of each HTTP connection: admission, then the timeouts."""
+
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        clock: Callable[[], int],
+        *,
+        header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
+        body_timeout_ms: int = DEFAULT_BODY_TIMEOUT_MS,
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self.header_timeout_s = header_timeout_ms / 1000
+        self.body_timeout_s = body_timeout_ms / 1000
+        self.stats = HttpConnectionStats()
+        self.log = _RateLimitedLog()
+
+    def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        return lambda: _GatedProtocol(self, inner())
+
+
+class _GatedProtocol(asyncio.Protocol):
+    """Admits the connection, then passes everything to aiohttp's handler, timing its reads."""
+
+    def __init__(self, gate: HttpConnectionGate, inner: asyncio.Protocol) -> None:
+        self._gate = gate
+        self._inner = inner
+        self._transport: asyncio.Transport | None = None
+        self._address = "?"
+        self._serving = False
+        self._counted = False
+        self._timer: asyncio.TimerHandle | None = None
+        # Where the reader is: a head (collecting it), a body (bytes left or chunked), between.
+        self._head = bytearray()
+        self._in_head = True
+        self._body_left: int | None = None
+        self._chunked_tail = b""
+        self._chunked = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
+        gate = self._gate
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._address = str(peer[0]) if peer else "?"
+        admission = gate.limits.admit(LISTENER_NAME, self._address, gate.clock())
+        self._counted = admission.counted
+        if admission.outcome is not AdmissionOutcome.ADMITTED:
+            reason = admission.reason.value if admission.reason is not None else "refused"
+            gate.stats.refused[reason] += 1
+            gate.log(
+                self._address,
+                "refused",
+                "refusing HTTP connections from %s: %s reached",
+                self._address,
+                reason,
+            )
+            transport.abort()
+            return
+        gate.stats.accepted += 1
+        gate.stats.open += 1
+        self._serving = True
+        self._inner.connection_made(transport)
+        self._arm(gate.header_timeout_s, "header_timeout")
+        if admission.wait_ms > 0:  # the broker-wide creation rate: served a little later
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(admission.wait_ms / 1000, self._resume)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._serving:
+            return
+        self._track(data)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if not self._serving:
+            return None
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        gate = self._gate
+        if self._counted:
+            self._counted = False
+            gate.limits.release(LISTENER_NAME, self._address)
+        if self._serving:
+            self._serving = False
+            gate.stats.open -= 1
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._serving:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._serving:
+            self._inner.resume_writing()
+
+    # -- timeouts ----------------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        if self._serving and self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _arm(self, timeout_s: float, reason: str) -> None:
+        self._disarm()
+        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expired, reason)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self, reason: str) -> None:
+        self._timer = None
+        gate = self._gate
+        gate.stats.closed[reason] += 1
+        gate.log(
+            self._address, reason, "closing an HTTP connection from %s: %s", self._address, reason
+        )
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _track(self, data: bytes) -> None:
+        """Follow request boundaries well enough to time heads and bodies."""
+        view = memoryview(data)
+        while view:
+            if self._in_head:
+                if not self._head and self._timer is None:  # the first byte of a later request
+                    self._arm(self._gate.header_timeout_s, "header_timeout")
+                end = (bytes(self._head[-3:]) + bytes(view[:_MAX_HEAD_SCAN])).find(_HEAD_END)
+                if end < 0:
+                    self._head += view[:_MAX_HEAD_SCAN]
+                    del self._head[: max(0, len(self._head) - _MAX_HEAD_SCAN)]
+                    return
+                used = end + len(_HEAD_END) - min(3, len(self._head))
+                self._head += view[:used]
+                view = view[used:]
+                self._start_body(bytes(self._head))
+                self._head.clear()
+            elif self._body_left is not None:
+                taken = min(self._body_left, len(view))
+                self._body_left -= taken
+                view = view[taken:]
+                if self._body_left == 0:
+                    self._request_done()
+            else:  # chunked: done at the last chunk (an approximation: trailers are rare)
+                seen = self._chunked_tail + bytes(view[:_MAX_HEAD_SCAN])
+                end = seen.find(_CHUNKED_END)
+                if end < 0:
+                    self._chunked_tail = seen[-(len(_CHUNKED_END) - 1) :]
+                    return
+                used = end + len(_CHUNKED_END) - len(self._chunked_tail)
+                view = view[max(0, used) :]
+                self._request_done()
+
+    def _start_body(self, head: bytes) -> None:
+        self._in_head = False
+        if _CHUNKED.search(head):
+            self._body_left, self._chunked_tail = None, b"\r\n"
+            self._arm(self._gate.body_timeout_s, "body_timeout")
+            return
+        length = _CONTENT_LENGTH.search(head)
+        size = int(length.group(1)) if length is not None else 0
+        if size == 0:
+            self._request_done()
+            return
+        self._body_left = size
+        self._arm(self._gate.body_timeout_s, "body_timeout")
+
+    def _request_done(self) -> None:
+        """Between requests: aiohttp's keep-alive timeout governs the wait for the next one."""
+        self._disarm()
+        self._in_head = True
+        self._body_left = None
+        self._chunked_tail = b""
+
+
+class GatedTCPSite(web.TCPSite):
+    """aiohttp's ``TCPSite`` whose connections go through a :class:`HttpConnectionGate`."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        gate: HttpConnectionGate,
+        **kw: object,
+    ) -> None:
+        super().__init__(runner, host, port, **kw)  # type: ignore[arg-type]
+        self._gate = gate
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        self._server = await loop.create_server(
+            self._gate.factory(server),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

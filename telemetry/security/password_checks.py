@@ -1,0 +1,92 @@
+"""Where password hashes are computed: a small pool of their own, never the loop's executor.
+
+A SASL/PLAIN check (or an HTTP ``Authorization: Basic`` one) is one PBKDF2
+of tens of milliseconds. Run on the event loop's default executor, a flood of
+wrong passwords queues ahead of the metadata store's appends, the exporters'
+reads and commits; run on the loop, it stalls every connection. So checks
+run on ``[security] password_check_threads`` threads of their own (default
+1: a flood costs at most one core), and a check whose connection has closed
+is dropped from the queue before it costs anything.
+
+An unknown user costs the same as a known one: the password is hashed
+against a dummy credential with the users' iteration count, so timing does
+not tell which user names exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeVar
+
+from telemetry.security.settings import DEFAULT_HASH_ITERATIONS, PasswordHash
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+T = TypeVar("T")
+
+DEFAULT_PASSWORD_CHECK_THREADS: Final = 1
+DEFAULT_FAILED_AUTHENTICATION_DELAY_MS: Final = 100
+"""Kafka's ``connection.failed.authentication.delay.ms`` default."""
+
+
+@dataclass(slots=True)
+class PasswordCheckStats:
+    """Counted on the pool's threads under its lock."""
+
+    completed: int = 0
+    running: int = 0
+    #: The most checks that ever ran at once: never above the thread count.
+    peak_running: int = 0
+
+
+class PasswordChecks:
+    """A bounded pool for password checks; :meth:`close` at shutdown."""
+
+    def __init__(self, threads: int = DEFAULT_PASSWORD_CHECK_THREADS) -> None:
+        if threads < 1:
+            raise ValueError(f"password_check_threads must be >= 1: {threads}")
+        self.threads = threads
+        self.stats = PasswordCheckStats()
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="kip714-password-check")
+
+    def run(self, check: Callable[..., T], *args: object) -> asyncio.Future[T]:
+        """Run ``check(*args)`` on the pool; cancelling the future drops a queued check."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._executor, self._counted, check, *args)
+
+    def _counted(self, check: Callable[..., T], *args: object) -> T:
+        stats = self.stats
+        with self._lock:
+            stats.running += 1
+            stats.peak_running = max(stats.peak_running, stats.running)
+        try:
+            return check(*args)
+        finally:
+            with self._lock:
+                stats.running -= 1
+                stats.completed += 1
+
+    def close(self) -> None:
+        """Drop queued checks; a running one finishes on its own (bounded: one hash)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def dummy_hash(users: Mapping[str, PasswordHash]) -> PasswordHash:
+    """A hash no password matches, as costly as the users' own (their highest iteration count)."""
+    iterations = max((h.iterations for h in users.values()), default=DEFAULT_HASH_ITERATIONS)
+    return PasswordHash(iterations, secrets.token_bytes(16), secrets.token_bytes(32))
+
+
+def verify_plain_password(
+    users: Mapping[str, PasswordHash], dummy: PasswordHash, username: str, password: str
+) -> bool:
+    """Whether ``password`` is ``username``'s, hashing once whether the user exists or not."""
+    secret = users.get(username)
+    matched = (secret if secret is not None else dummy).matches(password)
+    return secret is not None and matched
