@@ -12,6 +12,7 @@ import cramjam
 import lz4.frame
 import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+from pyiceberg.catalog import load_catalog
 
 from telemetry.core.client_uuid import Uuid
 from telemetry.errors import ErrorCode
@@ -28,7 +29,6 @@ from telemetry.http.forward_payload import (
 )
 from telemetry.server.bootstrap import Server
 from telemetry.server.config import load_settings
-from tests.exporters.parquet_support import read_table
 from tests.exporters.support import payload
 from tests.telemetry.kafka_wire_client import otlp_payload, xerial_snappy, zstd_stream
 
@@ -96,6 +96,14 @@ async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
         await running.stop()
 
 
+def landed_rows(data_dir: Path) -> list[dict[str, Any]]:
+    """The default Iceberg landing's committed rows (``<data_dir>/lake``), in push order."""
+    catalog = load_catalog("kip714", type="sql", uri=f"sqlite:///{data_dir / 'lake'}/catalog.db")
+    table = catalog.load_table(("kip714", "metrics")).scan().to_arrow()
+    rows: list[dict[str, Any]] = table.sort_by([("push_offset", "ascending")]).to_pylist()
+    return rows
+
+
 async def post(server: Server, body: bytes, token: str | None = TOKEN) -> tuple[int, Any]:
     assert server.http_address is not None
     host, port = server.http_address
@@ -123,7 +131,7 @@ async def test_forwarded_pushes_land_with_the_clients_and_the_brokers_context(
     assert (status, answer) == (200, {"error_codes": [0, 0], "throttle_time_ms": 0})
     await server.stop()
 
-    rows = read_table(tmp_path / "data").to_pylist()
+    rows = landed_rows(tmp_path / "data")
     assert [r["metric_name"] for r in rows] == [
         "org.apache.kafka.producer.a",
         "org.apache.kafka.producer.a",
@@ -304,7 +312,7 @@ async def test_compressed_payloads_are_decompressed_and_non_otlp_ones_refused_pe
     invalid, too_large = int(ErrorCode.INVALID_RECORD), int(ErrorCode.TELEMETRY_TOO_LARGE)
     assert status == 200
     assert answer["error_codes"] == [0, 0, 0, 0, 0, 0, invalid, invalid, too_large]
-    rows = read_table(tmp_path / "data").to_pylist()
+    rows = landed_rows(tmp_path / "data")
     assert sorted(r["metric_name"] for r in rows) == sorted(
         f"org.apache.kafka.{codec}" for codec in CODECS
     )
