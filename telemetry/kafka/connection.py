@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from telemetry.core.client_instance import RequestContext
+from telemetry.core.client_uuid import Uuid
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.security.sasl_session import SaslSession
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
@@ -44,6 +45,8 @@ _log = logging.getLogger(__name__)
 
 #: Frames buffered beyond the one in flight before reading pauses.
 MAX_QUEUED_FRAMES = 8
+#: Instance ids a connection keeps as objects (librdkafka pushes one per connection).
+MAX_INSTANCE_IDS = 64
 
 # Why reading is paused (bits): it resumes when none is left.
 _BACKLOG = 1  # frames queued up, or more than a frame buffered
@@ -78,6 +81,8 @@ class ConnectionState:
     sasl: SaslSession | None = None
     #: Set with a response after which the connection closes (a failed SASL step).
     closing: str | None = None
+    #: The instance ids this connection used, by their 16 wire bytes: see :meth:`instance_id`.
+    _instance_ids: dict[bytes, Uuid] | None = None
 
     @property
     def principal(self) -> str:
@@ -104,6 +109,35 @@ class ConnectionState:
         self.software_name = name
         self.software_version = version
         self._context = None
+
+    def instance_id(self, raw: bytes) -> Uuid:
+        """The ``Uuid`` of 16 wire bytes, the same object for every push of an instance here.
+
+        The manager's maps then find it by identity, without comparing ids,
+        and it is built once per instance, not per push. At most
+        :data:`MAX_INSTANCE_IDS` are kept (a connection serves a few clients).
+        """
+        known = self._instance_ids
+        if known is None:
+            known = self._instance_ids = {}
+        uuid = known.get(raw)
+        if uuid is None:
+            uuid = Uuid.from_bytes(raw)
+            self._remember(raw, uuid)
+        return uuid
+
+    def remember_instance_id(self, uuid: Uuid) -> None:
+        """An id the server handed out here: its own object is the one pushes will use."""
+        if self._instance_ids is None:
+            self._instance_ids = {}
+        self._remember(uuid.to_bytes(), uuid)
+
+    def _remember(self, raw: bytes, uuid: Uuid) -> None:
+        known = self._instance_ids
+        assert known is not None
+        if len(known) >= MAX_INSTANCE_IDS:
+            known.clear()
+        known[raw] = uuid
 
     def context(self) -> RequestContext:
         """The request context, rebuilt only when the client's identity changes."""
