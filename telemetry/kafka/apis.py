@@ -242,12 +242,17 @@ class KafkaApis:
         are muted all the same, as Kafka mutes every throttled channel.
         ``now_ms`` is the request's one wall-clock read, when it has one.
         """
-        return self.enforcement.clients.finish_request(
+        if now_ms is None:
+            now_ms = self.clock()
+        clients = self.enforcement.clients
+        sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
+        return clients.finish_request(
             state.entity,
             time.perf_counter_ns() - started_ns,
-            self.clock() if now_ms is None else now_ms,
+            now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
+            sensors=sensors,
         )
 
     def _get(

@@ -39,7 +39,7 @@ from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from telemetry.enforcement import RequestMemoryPool
+    from telemetry.enforcement import EntitySensors, RequestMemoryPool
 
 _log = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ class ConnectionState:
     sasl: SaslSession | None = None
     #: Set with a response after which the connection closes (a failed SASL step).
     closing: str | None = None
+    #: The quota sensors of ``entity``, resolved once (``ClientQuotas.sensors``).
+    quota_sensors: EntitySensors | None = None
     #: The instance ids this connection used, by their 16 wire bytes: see :meth:`instance_id`.
     _instance_ids: dict[bytes, Uuid] | None = None
 
