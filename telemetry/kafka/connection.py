@@ -199,8 +199,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = 0  # why reading is paused (the bits above)
         self._writing_paused = False
         self._mute: asyncio.TimerHandle | None = None
-        self.idle = asyncio.get_running_loop().create_future()  # done when nothing is in flight
-        self.idle.set_result(None)
+        self._in_flight = False  # a pending response (a push waiting for the log)
+        self._idle: asyncio.Future[None] | None = None  # made only when asked: see idle
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio callbacks -------------------------------------------------------------------
@@ -283,6 +283,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return ssl_object
 
     @property
+    def idle(self) -> asyncio.Future[None]:
+        """Done when no request is in flight (a shutdown drain waits for it).
+
+        Made when asked, not per request: a drain is rare, requests are not.
+        """
+        idle = self._idle
+        if idle is None:
+            idle = self._idle = asyncio.get_running_loop().create_future()
+            if not self._in_flight:
+                idle.set_result(None)
+        return idle
+
+    @property
     def busy(self) -> bool:
         """A request in flight or a throttle being served: not idle, whatever the clock says."""
         return self._busy
@@ -351,8 +364,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if isinstance(result, tuple):
                 self._respond(*result)
             else:
-                self._busy = True
-                self.idle = asyncio.get_running_loop().create_future()
+                self._busy = self._in_flight = True
+                if self._idle is not None and self._idle.done():
+                    self._idle = None  # the next drain waits for this request
                 result.add_done_callback(self._completed)
                 return
         if self._closed:
@@ -367,9 +381,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close("truncated" if self._buffer else "eof")
 
     def _completed(self, outcome: tuple[bytes, int]) -> None:
-        self._busy = False
-        if not self.idle.done():
-            self.idle.set_result(None)
+        self._busy = self._in_flight = False
+        if self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
         if self._closed:
             return
         self._respond(*outcome)
