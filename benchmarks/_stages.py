@@ -112,16 +112,18 @@ class Breakdown:
     loop_us: float
     #: CPU per request of the server's other threads (log writer: writev + fdatasync), µs.
     threads_us: float
-    #: The bare responder's CPU per request in the same run, µs: the transport.
+    #: The bare responder's CPU per request in the same run, µs: the transport
+    #: (0: none measured; the profile shares then split all of ``loop_us``).
     transport_us: float
 
     def stage_us(self) -> dict[str, float]:
         """The loop's CPU beyond the transport, split by profile share; plus the threads."""
         python_us = max(self.loop_us - self.transport_us, 0.0)
         figures = {name: share * python_us for name, share in self.shares.items()}
-        figures["transport (event loop C code, socket calls; bare responder)"] = min(
-            self.transport_us, self.loop_us
-        )
+        if self.transport_us > 0:
+            figures["transport (event loop C code, socket calls; bare responder)"] = min(
+                self.transport_us, self.loop_us
+            )
         figures["fsync share (log writer thread: writev + fdatasync)"] = self.threads_us
         return figures
 
