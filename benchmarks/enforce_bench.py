@@ -89,6 +89,14 @@ def _p99_ms(result: PhaseResult) -> float:
 
 
 def noisy_neighbour(args: argparse.Namespace, workdir: Path) -> None:
+    """The abuser on each of ``--abuser-connections``, one server each (same quota)."""
+    for connections in (int(n) for n in args.abuser_connections.split(",")):
+        directory = workdir / f"abuser-on-{connections}"
+        directory.mkdir()
+        neighbour_round(args, directory, connections)
+
+
+def neighbour_round(args: argparse.Namespace, workdir: Path, abuser_connections: int) -> None:
     payload = sum(map(len, build_payloads())) / 8
     abuser_instances = 50
     offered = abuser_instances * payload / 0.1  # each instance pushes every 100 ms
@@ -110,7 +118,8 @@ def noisy_neighbour(args: argparse.Namespace, workdir: Path) -> None:
         warmup = args.abuser_warmup
         threads = [
             threading.Thread(target=run, args=("abuser", _spec(
-                server.kafka_port, ABUSER, 4, abuser_instances, args, warmup, args.window))),
+                server.kafka_port, ABUSER, abuser_connections, abuser_instances, args, warmup,
+                args.window))),
             threading.Thread(target=run, args=("ordinary", _spec(
                 server.kafka_port, ORDINARY, 100, 400, args, warmup, args.window))),
         ]  # fmt: skip
@@ -127,7 +136,8 @@ def noisy_neighbour(args: argparse.Namespace, workdir: Path) -> None:
     ratio = accepted / quota
     slowdown = _p99_ms(ordinary) / _p99_ms(alone)
     print(f"{'abuser offered':<34}: {offered / 1000:,.1f} kB/s (10x its quota {quota / 1000:,.1f}"
-          f" kB/s), {abuser_instances} instances on 4 connections", flush=True)  # fmt: skip
+          f" kB/s), {abuser_instances} instances on {abuser_connections} connection(s)",
+          flush=True)  # fmt: skip
     print(f"{'abuser accepted':<34}: {accepted / 1000:,.1f} kB/s over {abuser.window_s:.0f} s ="
           f" {ratio:.2f} x quota (target 0.90-1.10: {_verdict(0.9 <= ratio <= 1.1)}),"
           f" {throttles:,.0f} throttled responses", flush=True)  # fmt: skip
@@ -304,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--window", type=float, default=30.0, help="noisy-neighbour window (s)")
     parser.add_argument("--abuser-warmup", type=float, default=15.0)
+    parser.add_argument(
+        "--abuser-connections",
+        default="1,4",
+        help="the abuser's connections, one neighbour round each: every connection of a"
+        " client id is muted for the throttle its own response carries (KIP-219), so N"
+        " connections in a closed loop serve up to N throttles at once",
+    )
     parser.add_argument("--cost-window", type=float, default=8.0)
     parser.add_argument("--cost-rounds", type=int, default=1, help="turns of each cost server")
     parser.add_argument("--peers", type=int, default=1000)
