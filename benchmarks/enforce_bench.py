@@ -138,6 +138,9 @@ def neighbour_round(args: argparse.Namespace, workdir: Path, abuser_connections:
     print(f"{'abuser offered':<34}: {offered / 1000:,.1f} kB/s (10x its quota {quota / 1000:,.1f}"
           f" kB/s), {abuser_instances} instances on {abuser_connections} connection(s)",
           flush=True)  # fmt: skip
+    rtt_p50 = percentile(abuser.latencies(), 0.5) * 1000
+    print(f"{'abuser round trip p50 / p99':<34}: {rtt_p50:.1f} ms / {_p99_ms(abuser):.1f} ms"
+          " (mutes included)", flush=True)  # fmt: skip
     print(f"{'abuser accepted':<34}: {accepted / 1000:,.1f} kB/s over {abuser.window_s:.0f} s ="
           f" {ratio:.2f} x quota (target 0.90-1.10: {_verdict(0.9 <= ratio <= 1.1)}),"
           f" {throttles:,.0f} throttled responses", flush=True)  # fmt: skip
@@ -316,10 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--abuser-warmup", type=float, default=15.0)
     parser.add_argument(
         "--abuser-connections",
-        default="1,4",
-        help="the abuser's connections, one neighbour round each: every connection of a"
-        " client id is muted for the throttle its own response carries (KIP-219), so N"
-        " connections in a closed loop serve up to N throttles at once",
+        default="4,50",
+        help="the abuser's connections, one neighbour round each. With one push in flight"
+        " per connection, a connection offers at most one push per round trip (the fsync wait"
+        " included): on 4 connections the abuser cannot offer the rate its 50 instances"
+        " nominally do, so it stays under its quota whatever the throttles; on 50 (one per"
+        " instance) it offers 10x for real",
     )
     parser.add_argument("--cost-window", type=float, default=8.0)
     parser.add_argument("--cost-rounds", type=int, default=1, help="turns of each cost server")
