@@ -72,7 +72,7 @@ class EntitySensors:
     """
 
     entity: ClientEntity
-    validity: tuple[int, int, int]
+    validity: int
     push: ClientSensors | None
     request: ClientSensors | None
 
@@ -149,8 +149,13 @@ class ClientQuotas:
         self, entity: ClientEntity, held: EntitySensors | None, now_ms: int
     ) -> EntitySensors:
         """``held`` while still valid for ``entity``, else the entity's sensors resolved anew."""
-        validity = (self.metrics.removals, self.push_bytes.epoch, self.request_time.epoch)
-        if held is not None and held.validity == validity and held.entity == entity:
+        # The three counters only grow, so their sum changes whenever one does.
+        validity = self.metrics.removals + self.push_bytes.epoch + self.request_time.epoch
+        if (
+            held is not None
+            and held.validity == validity
+            and (held.entity is entity or held.entity == entity)
+        ):
             return held
         user, client_id = entity
         return EntitySensors(
