@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -26,6 +27,12 @@ def test_demo_runs_the_whole_product(tmp_path: Path) -> None:
     health_rows = [line for line in out.splitlines() if "demo-producer-0" in line]
     assert any("producer" in line for line in health_rows)
     assert any("demo-consumer-0" in line for line in out.splitlines())
+    assert "conn tries/s" in out
+    accepted = re.search(r"kip714 accepted (\d+) Kafka connections in total", out)
+    assert accepted and int(accepted[1]) >= 2, out
+    page = data / "report.html"
+    assert f"HTML report (open it in a browser): {page}" in out
+    assert "demo-producer-0" in page.read_text()
     landed = ds.dataset(data / "metrics", format="parquet", partitioning="hive").count_rows()
     assert landed > 0
     health = ds.dataset(data / "rollups" / "client_health_1h", partitioning="hive").to_table()

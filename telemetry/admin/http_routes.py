@@ -14,7 +14,9 @@ so the same validation, error codes and messages, durability and precedence:
   names a default entity) — per entity the file's values, the dynamic ones
   and those in force;
 * ``POST /admin/quotas`` with ``{"entity": {"user": "alice"}, "set": {...},
-  "delete": [...], "validate_only": false}``; ``DELETE /admin/quotas?user=…``.
+  "delete": [...], "validate_only": false}``; ``DELETE /admin/quotas?user=…``;
+* ``GET /admin/metadata`` — the store, its offset and the records of this
+  node's image (``metadata_json.py``).
 
 Authentication: with ``[admin] token`` every request needs ``Authorization:
 Bearer <token>`` (401 otherwise). Without a token the API answers only when
@@ -32,6 +34,7 @@ from aiohttp import web
 
 from quotas import DEFAULT
 from telemetry.admin.authorizer import Authorizer, is_loopback
+from telemetry.admin.metadata_json import metadata_json
 from telemetry.errors import ErrorCode, TelemetryError
 from telemetry.wire.config_messages import (
     AlterableConfig,
@@ -143,6 +146,9 @@ class _AdminRoutes:
                 return _error(400, str(error))
 
         return guard
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        return web.json_response(metadata_json(self.plane.store))
 
     # -- subscriptions -----------------------------------------------------------------------
 
@@ -389,3 +395,4 @@ def add_admin_routes(
     app.router.add_get("/admin/quotas", guarded(routes.list_quotas))
     app.router.add_post("/admin/quotas", guarded(routes.alter_quotas))
     app.router.add_delete("/admin/quotas", guarded(routes.delete_quotas))
+    app.router.add_get("/admin/metadata", guarded(routes.metadata))

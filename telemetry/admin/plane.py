@@ -1,8 +1,9 @@
 """The admin plane's state: the metadata store, applied to the running server.
 
 One :class:`AdminPlane` per server, shared by the Kafka admin APIs and the
-HTTP admin API. It owns the opened :class:`~telemetry.metastore.MetadataStore`
-and keeps what is in force equal to *static then dynamic*:
+HTTP admin API. It owns the opened metadata store (local, or the Kafka topic
+several nodes share: ``telemetry.metastore.backend.MetadataBackend``) and
+keeps what is in force equal to *static then dynamic*:
 
 * subscriptions: the file's ``[subscriptions]`` merged key by key with the
   dynamic keys (``merge_subscriptions``), installed in the manager's
@@ -13,14 +14,17 @@ and keeps what is in force equal to *static then dynamic*:
   bounds on live sensors (Kafka's ``KafkaMetric.config(...)``): recorded usage
   is never reset. ``ip`` entities become per-IP connection creation rates.
 
-A change is evaluated against the current image, appended (fsync) in a worker
-thread, and only then answered; one asyncio lock serialises the changes, so a
-change never works from an image another change is about to replace.
+A change is evaluated against the current image, appended (fsync, or the
+cluster's acknowledgement) in a worker thread, and only then answered; one
+asyncio lock serialises the changes, so a change never works from an image
+another change is about to replace. With a shared store, changes other nodes
+make arrive from the store's thread and are applied on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from dataclasses import replace
@@ -48,7 +52,8 @@ if TYPE_CHECKING:
 
     from telemetry.core.subscriptions import Subscription, SubscriptionRegistry
     from telemetry.enforcement import Enforcement, LimitSettings
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore, QuotaEntity
+    from telemetry.metastore import MetadataImage, MetadataRecord, QuotaEntity
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.wire.config_messages import AlterConfigsResource
     from telemetry.wire.quota_messages import (
         AlterClientQuotasEntry,
@@ -117,7 +122,7 @@ class AdminPlane:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: MetadataBackend,
         subscriptions: SubscriptionRegistry,
         enforcement: Enforcement,
         *,
@@ -132,6 +137,7 @@ class AdminPlane:
         self._static_quotas = static_quotas
         self._limits = limits
         self._changing = asyncio.Lock()
+        self._apply_scheduled = False
 
     # -- applying ----------------------------------------------------------------------------
 
@@ -155,6 +161,31 @@ class AdminPlane:
         """Make what is in force equal to static then dynamic (at start, after a change)."""
         self._apply_quotas()
         self._apply_subscriptions()
+
+    def follow_store(self) -> None:
+        """Run by the changes other nodes make to a shared store, as they arrive.
+
+        The store calls back on its own thread; the application runs on the
+        event loop, at most one pending at a time (it reads the newest image).
+        """
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:
+            if self._apply_scheduled:
+                return  # the scheduled application reads the image this change made
+            self._apply_scheduled = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
+                loop.call_soon_threadsafe(self._apply_changed)
+
+        self.store.watch(changed)
+        changed()  # a change applied between the last apply() and the registration
+
+    def _apply_changed(self) -> None:
+        self._apply_scheduled = False
+        try:
+            self.apply()
+        except Exception:
+            _log.exception("applying the metadata store's image failed")
 
     def _apply_subscriptions(self) -> None:
         registry = self._registry

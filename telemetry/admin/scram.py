@@ -49,7 +49,8 @@ from telemetry.wire.scram_messages import (
 if TYPE_CHECKING:
     from telemetry.kafka.connection import ConnectionState, PendingResponse
     from telemetry.kafka.table import ApiTable
-    from telemetry.metastore import MetadataImage, MetadataRecord, MetadataStore
+    from telemetry.metastore import MetadataImage, MetadataRecord
+    from telemetry.metastore.backend import MetadataBackend
 
 _log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ _MAX_TRAILING_ZEROS: Final = 2
 class ScramAdmin:
     """The SCRAM admin APIs of one Kafka listener, over the metadata store."""
 
-    def __init__(self, authorizer: Authorizer, store: MetadataStore | None) -> None:
+    def __init__(self, authorizer: Authorizer, store: MetadataBackend | None) -> None:
         self.authorizer = authorizer
         self.store = store
 

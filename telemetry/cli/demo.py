@@ -18,13 +18,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-_SERVING = re.compile(r"kafka=(?P<host>[^ ]+):(?P<port>\d+) advertised")
+_SERVING = re.compile(r"kafka=(?P<host>[^ ]+):(?P<port>\d+) advertised=\S+ http=(?P<http>\S+)")
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 60.0
 
@@ -48,8 +49,14 @@ _HEALTH_COLUMNS = (
     ("request_latency_max_ms", "req lat max", 12),
     ("queue_time_avg_ms", "queue avg", 10),
     ("throttle_time_max_ms", "throttle max", 13),
-    ("connection_creation_rate", "conn/s", 8),
+    ("connection_creation_rate", "conn tries/s", 12),
 )
+_CONNECTIONS = re.compile(r"^kip714_kafka_connections(?:_closed_total\{[^}]*\})? (\S+)$", re.M)
+_CONNECTION_NOTE = """
+  conn tries/s is the client's connection.creation.rate: librdkafka counts every connect
+  attempt, and a consumer's GroupCoordinator that has no address (kip714 is no group
+  coordinator; FindCoordinator answers COORDINATOR_NOT_AVAILABLE) is attempted about once a
+  second without opening a socket. kip714 accepted {connections} Kafka connections in total."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,10 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"kip714 demo: data in {data_dir}")
     server = _start_server(data_dir, args.interval_ms)
+    connections = "an unknown number of"
     try:
-        bootstrap = _wait_for_listener(server, data_dir / "serve.log")
+        bootstrap, http = _wait_for_listener(server, data_dir / "serve.log")
         print(f"  server listening on {bootstrap} (push interval {args.interval_ms} ms)")
         _run_clients(bootstrap, args.producers, args.consumers, args.seconds)
+        connections = _accepted_connections(http)
     finally:
         _stop_server(server)
     points = _count_landed(data_dir)
@@ -95,6 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if status != 0:
         return status
     _print_health(data_dir)
+    print(_CONNECTION_NOTE.format(connections=connections))
+    import report  # noqa: PLC0415 - pyiceberg loads only here
+
+    page = data_dir / "report.html"
+    report.write_report(data_dir, page)
+    print(f"\nHTML report (open it in a browser): {page}")
     return 0
 
 
@@ -115,12 +130,12 @@ def _start_server(data_dir: Path, interval_ms: int) -> subprocess.Popen[bytes]:
         log.close()
 
 
-def _wait_for_listener(server: subprocess.Popen[bytes], log: Path) -> str:
+def _wait_for_listener(server: subprocess.Popen[bytes], log: Path) -> tuple[str, str]:
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
         match = _SERVING.search(log.read_text(errors="replace")) if log.exists() else None
         if match:
-            return f"{match['host']}:{match['port']}"
+            return f"{match['host']}:{match['port']}", match["http"]
         if server.poll() is not None:
             raise SystemExit(f"kip714 demo: the server exited; see {log}")
         time.sleep(0.1)
@@ -163,6 +178,16 @@ def _run_clients(bootstrap: str, producers: int, consumers: int, seconds: float)
             client.close()  # sends the terminating push
     del clients
     time.sleep(1.0)  # let the last terminating pushes arrive
+
+
+def _accepted_connections(http: str) -> str:
+    """Open plus closed Kafka connections, from the server's own /metrics."""
+    try:
+        with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return "an unknown number of"
+    return f"{sum(float(v) for v in _CONNECTIONS.findall(text)):.0f}"
 
 
 def _stop_server(server: subprocess.Popen[bytes]) -> None:

@@ -18,9 +18,11 @@ import sys
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+import report
 from telemetry.admin import cli as admin_cli
 from telemetry.cli import demo
 from telemetry.cli import log as log_cli
+from telemetry.cli import meta as meta_cli
 from telemetry.cli.log_setup import configure_logging
 from telemetry.errors import ConfigError
 from telemetry.kafka.settings import DEFAULT_KAFKA_LISTEN
@@ -102,8 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "meta",
+        help="copy the local metadata store into a Kafka topic (kip714 meta --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "rollup",
         help="run the Spark rollups over the landing (kip714 rollup --help for its flags)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "report",
+        help="write an HTML client-health report from the rollups (kip714 report --help)",
         add_help=False,
     )
     return parser
@@ -114,10 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Commands with parsers of their own get their arguments untouched.
     delegated = {
         "rollup": rollup,
+        "report": report.main,
         "demo": demo.main,
         "log": log_cli.main,
         "subscriptions": admin_cli.subscriptions_main,
         "quotas": admin_cli.quotas_main,
+        "meta": meta_cli.main,
     }
     if arguments and arguments[0] in delegated:
         return delegated[arguments[0]](arguments[1:])

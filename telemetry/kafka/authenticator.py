@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from telemetry.kafka.connection import ConnectionState, PendingResponse
     from telemetry.kafka.table import ApiSet, ApiTable
-    from telemetry.metastore import MetadataStore
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security import ScramCredential
     from telemetry.security.settings import SecuritySettings
 
@@ -78,7 +78,7 @@ class KafkaSecurity:
     def __init__(
         self,
         settings: SecuritySettings,
-        store: MetadataStore | None,
+        store: MetadataBackend | None,
         clock: Callable[[], int],
         *,
         scram_admin: ApiSet,

@@ -125,14 +125,21 @@ class MetadataImage:
             for key, value in sorted(values.items())
         )
         records.extend(
-            UserScramCredentialRecord(
-                name=name,
-                mechanism=mechanism,
-                salt=credential.salt,
-                stored_key=credential.stored_key,
-                server_key=credential.server_key,
-                iterations=credential.iterations,
-            )
+            scram_record(name, mechanism, credential)
             for (name, mechanism), credential in sorted(self.scram_credentials.items())
         )
         return tuple(records)
+
+
+def scram_record(
+    name: str, mechanism: int, credential: ScramCredential
+) -> UserScramCredentialRecord:
+    """The record that stores ``credential`` (a snapshot's, or a topic message's)."""
+    return UserScramCredentialRecord(
+        name=name,
+        mechanism=mechanism,
+        salt=credential.salt,
+        stored_key=credential.stored_key,
+        server_key=credential.server_key,
+        iterations=credential.iterations,
+    )

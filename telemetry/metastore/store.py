@@ -39,7 +39,7 @@ from telemetry.metastore.image import MetadataImage
 from telemetry.metastore.records import HEADER, encode_batch, read_frames
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from telemetry.metastore.records import MetadataRecord
@@ -167,6 +167,16 @@ class MetadataStore:
     @property
     def directory(self) -> Path:
         return self._directory
+
+    @property
+    def location(self) -> str:
+        return str(self._directory)
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Nothing but :meth:`append` changes a local store: ``callback`` is never called."""
+
+    def interrupt(self) -> None:
+        """An append waits only for its own fsync: it is left to finish."""
 
     def append(self, records: Sequence[MetadataRecord]) -> MetadataImage:
         """Append one request's records atomically and durably; return the new image.

@@ -39,7 +39,8 @@ from telemetry.ingest import IngestLog
 from telemetry.ingress import wall_clock_ms
 from telemetry.kafka.authenticator import KafkaSecurity
 from telemetry.kafka.listener import KafkaListener
-from telemetry.metastore import MetadataStore, MetadataStoreError
+from telemetry.metastore import MetadataStoreError
+from telemetry.metastore.opening import open_store, store_location
 from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
     from exporters.api import Exporter
     from telemetry.core.subscriptions import Subscription
+    from telemetry.metastore.backend import MetadataBackend
     from telemetry.security.settings import SecuritySettings, TlsSettings
 
 _log = logging.getLogger(__name__)
@@ -300,6 +302,11 @@ class Server:
             quotas=http_quotas,
         )
         registry.register(HttpIngestCollector(ingest.stats))
+        store_stats = getattr(self.admin.store, "stats", None)
+        if store_stats is not None:  # the shared Kafka topic: this node's lag behind it
+            from telemetry.metastore.kafka_log_metrics import MetadataLogCollector  # noqa: PLC0415
+
+            registry.register(MetadataLogCollector(store_stats))
         forward = ForwardHandler(
             self.log,
             settings.forward,
@@ -328,7 +335,7 @@ class Server:
         self.http_address = (str(http[0]), int(http[1]))
 
     @property
-    def metastore(self) -> MetadataStore | None:
+    def metastore(self) -> MetadataBackend | None:
         """The metadata store (dynamic changes, SCRAM credentials) while the server runs."""
         return self.admin.store if self.admin is not None else None
 
@@ -344,7 +351,9 @@ class Server:
         self._note_failures()
         cancelled: asyncio.CancelledError | None = None
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("instance expiry", self._stop_sweeper)
+            ("instance expiry", self._stop_sweeper),
+            # A change waiting for the Kafka cluster must not hold up the listeners' drain.
+            ("metadata changes in flight", self._interrupt_metadata_changes),
         ]
         if self.listener is not None:
             steps.append(("kafka listener", self.listener.close))
@@ -378,12 +387,13 @@ class Server:
             raise cancelled
 
     async def _open_admin_plane(self) -> None:
-        """Open ``<data_dir>/meta`` (replayed) and run by static then dynamic from now on."""
+        """Open the metadata store (replayed, or its topic read to its end); run by it from now."""
         settings = self.settings
         try:
-            store = await asyncio.to_thread(MetadataStore.open, settings.data_dir)
+            store = await asyncio.to_thread(open_store, settings.meta, settings.data_dir)
         except (OSError, MetadataStoreError) as error:
-            raise StartupError(f"metadata store {settings.data_dir / 'meta'}: {error}") from error
+            where = store_location(settings.meta, settings.data_dir)
+            raise StartupError(f"metadata store {where}: {error}") from error
         self.admin = AdminPlane(
             store,
             self.manager.subscriptions,
@@ -395,7 +405,12 @@ class Server:
         try:
             self.admin.apply()
         except Exception as error:  # a stored value this version refuses
-            raise StartupError(f"metadata store {store.directory}: {error}") from error
+            raise StartupError(f"metadata store {store.location}: {error}") from error
+        self.admin.follow_store()
+
+    async def _interrupt_metadata_changes(self) -> None:
+        if self.admin is not None:
+            self.admin.store.interrupt()
 
     async def _close_admin_plane(self) -> None:
         admin, self.admin = self.admin, None

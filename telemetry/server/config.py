@@ -34,6 +34,7 @@ from telemetry.kafka.settings import (
     parse_kafka,
     refuse_unspecified_advertised,
 )
+from telemetry.metastore.settings import MetaSettings, parse_meta
 from telemetry.security.settings import SecuritySettings, parse_security
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class Settings:
     forward: ForwardSettings = field(default_factory=ForwardSettings)
     #: ``[security]``, ``[kafka.tls]``, ``[http.tls]`` (docs/security.md).
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    #: ``[meta]``: the metadata store, local (``<data_dir>/meta``) or a Kafka topic.
+    meta: MetaSettings = field(default_factory=MetaSettings)
 
     @property
     def super_users(self) -> tuple[str, ...]:
@@ -173,6 +176,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "forward",
             "admin",
             "security",
+            "meta",
         },
     )
     data_dir = Path(toml.string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -233,10 +237,10 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         limits=limits,
         forward=parse_forward(toml.section("forward", document, {"token", "max_request_bytes"})),
         admin=parse_admin(
-            toml.table("admin", document["admin"]) if "admin" in document else None,
-            toml.table("security", document["security"]) if "security" in document else None,
+            toml.table("admin", document["admin"]) if "admin" in document else None, security
         ),
         security=security,
+        meta=parse_meta(toml.table("meta", document.get("meta", {}))),
     )
 
 

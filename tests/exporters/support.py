@@ -15,6 +15,18 @@ DATA = Path("/work/shared/data")
 PRODUCER_PUSH = DATA / "librdkafka-2.16-producer-push.otlp.bin"
 CONSUMER_PUSH = DATA / "librdkafka-2.16-consumer-push.otlp.bin"
 
+#: ``kip714 serve`` configuration: producers push every 300 ms, a ``jsonl`` landing
+#: records what was logged; append the exporter under test.
+PRODUCERS_INTO_JSONL = """
+[subscriptions.all]
+metrics = ["org.apache.kafka.producer."]
+"interval.ms" = 300
+[exporters.landing]
+type = "jsonl"
+[exporters.landing.options]
+path = "{out}/"
+"""
+
 INSTANCE_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 RECEIVED_MS = 1_795_234_860_000
 RECEIVED_NS = RECEIVED_MS * 1_000_000

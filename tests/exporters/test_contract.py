@@ -18,10 +18,15 @@ import pytest
 from exporters import registry
 from exporters.api import Exporter, LoggedPush
 from exporters.testing import FailingExporter, InMemoryExporter, SlowExporter
+from tests.exporters.otlp_sink import OtlpSink
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
+
+_OTLP_SINK = OtlpSink()
 
 OPTIONS: dict[str, Callable[[Path], Mapping[str, Any]]] = {
     "jsonl": lambda tmp: {"path": str(tmp / "contract.jsonl")},
+    "otlp": lambda tmp: {"endpoint": _OTLP_SINK.url},
+    "prometheus": lambda tmp: {"listen": "127.0.0.1:0"},
     "parquet": lambda tmp: {"path": str(tmp / "landing")},
     "test-recorder": lambda tmp: {"path": str(tmp / "recorded.jsonl")},
 }
@@ -34,6 +39,13 @@ DOUBLES: dict[str, Callable[[], Exporter]] = {
 
 registry.refresh()
 REGISTERED = registry.available()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _otlp_sink() -> Iterator[None]:
+    """A real OTLP/HTTP server for the ``otlp`` exporter's options."""
+    with _OTLP_SINK:
+        yield
 
 
 @pytest.fixture(params=[*REGISTERED, *DOUBLES])

@@ -50,7 +50,9 @@ push_byte_rate = 1
 
 def landed(landing: Path) -> set[tuple[str, str]]:
     """(client_id, principal) of every published metrics row."""
-    if not (landing / "metrics").exists():
+    # The landing makes a partition's directory before it renames the file in:
+    # a directory without a file yet is nothing landed (and no dataset schema).
+    if not any((landing / "metrics").rglob("*.parquet")):
         return set()
     table = ds.dataset(landing / "metrics", format="parquet", partitioning="hive").to_table(
         columns=["client_id", "principal"]

@@ -1,0 +1,207 @@
+"""The prometheus exporter: names, kinds, labels, expiry and the series cap, scraped over HTTP."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AGGREGATION_TEMPORALITY_CUMULATIVE,
+    AGGREGATION_TEMPORALITY_DELTA,
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    Sum,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters import registry
+from exporters.prometheus import PrometheusExporter, metric_name
+from tests.exporters.support import PRODUCER_PUSH, kv, payload, push
+
+T = 1_795_234_859_705_846_000
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _gauge(name: str, value: float, **attributes: str) -> Metric:
+    point = NumberDataPoint(time_unix_nano=T, as_double=value)
+    point.attributes.extend(kv(k, string_value=v) for k, v in attributes.items())
+    return Metric(name=name, gauge=Gauge(data_points=[point]))
+
+
+def _sum(
+    name: str, value: int, temporality: AggregationTemporality.ValueType, monotonic: bool = True
+) -> Metric:
+    point = NumberDataPoint(time_unix_nano=T, as_int=value)
+    return Metric(
+        name=name,
+        sum=Sum(data_points=[point], aggregation_temporality=temporality, is_monotonic=monotonic),
+    )
+
+
+def _histogram(
+    name: str, counts: list[int], temporality: AggregationTemporality.ValueType
+) -> Metric:
+    point = HistogramDataPoint(
+        time_unix_nano=T,
+        count=sum(counts),
+        sum=1.5 * sum(counts),
+        bucket_counts=counts,
+        explicit_bounds=[1.0, 2.0],
+    )
+    return Metric(
+        name=name,
+        unit="ms",
+        histogram=Histogram(data_points=[point], aggregation_temporality=temporality),
+    )
+
+
+async def _started(**options: Any) -> PrometheusExporter:
+    exporter = registry.create("prom", "prometheus", {"listen": "127.0.0.1:0", **options})
+    assert isinstance(exporter, PrometheusExporter)
+    await exporter.start()
+    return exporter
+
+
+async def _scrape(
+    exporter: PrometheusExporter,
+) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    assert exporter.address is not None
+    host, port = exporter.address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{host}:{port}/metrics") as answer,
+    ):
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        text = await answer.text()
+    return {
+        family.name: [(s.name, s.labels, s.value) for s in family.samples]
+        for family in text_string_to_metric_families(text)
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "unit", "kind", "expected"),
+    [
+        ("org.apache.kafka.producer.request.latency.avg", "", "gauge", None),
+        ("http.server.duration", "ms", "histogram", "http_server_duration_milliseconds"),
+        ("system.memory.usage", "By", "gauge", "system_memory_usage_bytes"),
+        ("cpu.utilization", "1", "gauge", "cpu_utilization_ratio"),
+        ("requests", "1", "counter", "requests"),
+        ("requests.total", "{request}", "counter", "requests"),
+        ("throughput", "By/s", "gauge", "throughput_bytes_per_second"),
+        ("io.bytes_bytes", "By", "gauge", "io_bytes_bytes"),
+        ("2xx..count", "", "gauge", "_2xx_count"),
+    ],
+)
+def test_names_follow_the_opentelemetry_translation(
+    name: str, unit: str, kind: Any, expected: str | None
+) -> None:
+    assert metric_name(name, unit, kind) == (expected or name.replace(".", "_"))
+
+
+async def test_gauges_counters_and_histograms_with_identity_labels() -> None:
+    exporter = await _started()
+    try:
+        delta, cumulative = AGGREGATION_TEMPORALITY_DELTA, AGGREGATION_TEMPORALITY_CUMULATIVE
+        first = payload(
+            _gauge("org.apache.kafka.producer.node.request.latency.avg", 0.5, **{"node.id": "1"}),
+            _sum("org.apache.kafka.producer.connection.creation.total", 2, delta),
+            _sum("queued", 7, cumulative, monotonic=False),
+            _histogram("rtt", [1, 2, 3], delta),
+            resource={"kafka.broker.id": "3"},
+        )
+        second = payload(
+            _sum("org.apache.kafka.producer.connection.creation.total", 3, delta),
+            _histogram("rtt", [1, 0, 0], delta),
+            resource={"kafka.broker.id": "3"},
+        )
+        now = _now_ms()
+        await exporter.export([push(first, 1, received_time_ms=now)])
+        await exporter.export([push(second, 2, received_time_ms=now)])
+        families = await _scrape(exporter)
+    finally:
+        await exporter.close()
+    ((_, labels, value),) = families["org_apache_kafka_producer_node_request_latency_avg"]
+    assert value == 0.5
+    assert labels == {
+        "client_id": "probe",
+        "client_instance_id": "AAAAAAAAAAAAAAAAAAAAAQ",
+        "client_software_name": "confluent-kafka-python",
+        "client_software_version": "2.16.1-rdkafka-2.16.0",
+        "principal": "User:alice",
+        "node_id": "1",
+        "broker_id": "3",
+    }
+    counter = families["org_apache_kafka_producer_connection_creation"]
+    assert [(n, v) for n, _, v in counter] == [
+        ("org_apache_kafka_producer_connection_creation_total", 5.0)  # delta 2 + 3
+    ]
+    assert [v for _, _, v in families["queued"]] == [7.0]
+    rtt = {(n, s.get("le")): v for n, s, v in families["rtt_milliseconds"]}
+    assert rtt[("rtt_milliseconds_bucket", "1.0")] == 2
+    assert rtt[("rtt_milliseconds_bucket", "2.0")] == 4
+    assert rtt[("rtt_milliseconds_bucket", "+Inf")] == 7
+    assert rtt[("rtt_milliseconds_count", None)] == 7
+    assert rtt[("rtt_milliseconds_sum", None)] == 1.5 * 7
+
+
+async def test_a_terminating_push_or_silence_removes_an_instances_series() -> None:
+    exporter = await _started()
+    try:
+        now = _now_ms()
+        data = PRODUCER_PUSH.read_bytes()
+        await exporter.export(
+            [
+                push(data, 1, client_instance_id="A" * 22, received_time_ms=now),
+                push(data, 2, client_instance_id="B" * 22, received_time_ms=now - 61_000),
+                # 3 x 30 s interval: still alive after 61 s of silence.
+                push(
+                    data,
+                    3,
+                    client_instance_id="C" * 22,
+                    received_time_ms=now - 61_000,
+                    push_interval_ms=30_000,
+                ),
+            ]
+        )
+        name = "org_apache_kafka_producer_connection_creation_rate"
+        alive = {labels["client_instance_id"] for _, labels, _ in (await _scrape(exporter))[name]}
+        assert alive == {"A" * 22, "C" * 22}
+        await exporter.export([push(data, 4, client_instance_id="A" * 22, terminating=True)])
+        alive = {labels["client_instance_id"] for _, labels, _ in (await _scrape(exporter))[name]}
+        assert alive == {"C" * 22}
+        assert exporter.stats.expired_instances == 1
+        assert exporter.stats.terminated_instances == 1
+    finally:
+        await exporter.close()
+
+
+async def test_series_beyond_max_series_are_dropped_and_counted() -> None:
+    exporter = await _started(max_series=3)
+    try:
+        gauges = [_gauge(f"g{i}", float(i)) for i in range(5)]
+        await exporter.export([push(payload(*gauges), 1, received_time_ms=_now_ms())])
+        assert sorted(await _scrape(exporter)) == ["g0", "g1", "g2"]
+        assert exporter.stats.dropped_points == 2
+        assert exporter.stats.series == 3
+    finally:
+        await exporter.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [({"listen": "nowhere"}, "listen"), ({"max_series": 0}, "max_series"), ({"x": 1}, "x")],
+)
+def test_bad_options_are_refused_naming_the_key(options: dict[str, Any], key: str) -> None:
+    with pytest.raises(registry.ExporterConfigError) as refused:
+        registry.create("prom", "prometheus", options)
+    assert key in str(refused.value)

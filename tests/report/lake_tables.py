@@ -1,0 +1,72 @@
+"""Rollup tables written with pyiceberg, in the catalog and namespace the rollups use."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+T0 = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.UTC)
+_CLIENT = [
+    ("client_id", pa.string()),
+    ("client_instance_id", pa.string()),
+    ("client_software_name", pa.string()),
+    ("client_software_version", pa.string()),
+]
+HEALTH_SCHEMA = pa.schema(
+    [
+        ("window_start", pa.timestamp("us", tz="UTC")),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        *_CLIENT,
+        ("client_type", pa.string()),
+        *[
+            (name, pa.float64())
+            for name in (
+                "request_latency_avg_ms",
+                "request_latency_p99_ms",
+                "request_latency_max_ms",
+                "queue_time_avg_ms",
+                "queue_time_max_ms",
+                "throttle_time_avg_ms",
+                "throttle_time_max_ms",
+                "connection_creation_rate",
+                "connections_created",
+            )
+        ],
+    ]
+)
+GAUGES_SCHEMA = pa.schema(
+    [
+        ("window_start", pa.timestamp("us", tz="UTC")),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        ("metric_name", pa.string()),
+        *_CLIENT,
+        ("node_id", pa.string()),
+        ("count", pa.int64()),
+        *[(n, pa.float64()) for n in ("min", "max", "avg", "last", "p50", "p95", "p99")],
+    ]
+)
+
+
+def write_tables(
+    data_dir: Path, health: list[dict[str, Any]], gauges: list[dict[str, Any]]
+) -> None:
+    lake = data_dir / "lake"
+    (lake / "warehouse").mkdir(parents=True)
+    catalog = SqlCatalog(
+        "kip714",
+        uri=f"sqlite:///{lake / 'catalog.db'}",
+        warehouse=(lake / "warehouse").as_uri(),
+    )
+    catalog.create_namespace("kip714")
+    for name, schema, rows in (
+        ("client_health_1h", HEALTH_SCHEMA, health),
+        ("gauges_1m", GAUGES_SCHEMA, gauges),
+    ):
+        table = catalog.create_table(("kip714", name), schema=schema)
+        table.append(pa.Table.from_pylist(rows, schema=schema))
