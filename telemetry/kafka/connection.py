@@ -230,7 +230,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return
-        self._buffer += self._handler.read_buffer[:nbytes]
+        read = self._handler.read_buffer
+        if not self._buffer and not self._paused and not self._frames and nbytes > SIZE_PREFIX.size:
+            # The usual read: exactly one whole request, nothing held before it.
+            # Copied once, straight from the read buffer (no append, no delete).
+            (size,) = SIZE_PREFIX.unpack_from(read)
+            if nbytes == SIZE_PREFIX.size + size and size <= self._handler.max_frame_bytes:
+                self._frames.append(bytes(read[SIZE_PREFIX.size : nbytes]))
+                self._frame_bytes += size
+                self._pump()
+                self._count_held()
+                return
+        self._buffer += read[:nbytes]
         if self._paused:
             self._repause()
             if self._paused & _ADMISSION:
