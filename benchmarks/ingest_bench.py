@@ -1,9 +1,9 @@
-"""End-to-end ingest into Parquet: simulated clients → ``kip714 serve`` → the Parquet landing.
+"""End-to-end ingest: simulated clients → ``kip714 serve`` → the landing (Iceberg or Parquet).
 
 The same load generator as ``ack_bench.py`` (``_loadgen``: librdkafka-shaped
 60-metric zstd pushes over the Kafka protocol, from worker processes) offers
 ``--rate`` pushes/s in an open loop to ``kip714 serve`` whose only exporter
-is the Parquet landing. Printed:
+is the landing (``--landing iceberg``, the default, or ``parquet``). Printed:
 
 * the single-process limit, in this same run, of decompress + parse +
   flatten of the same payloads: the reference flattener (``otlp_rows``, into
@@ -13,7 +13,7 @@ is the Parquet landing. Printed:
   sampled every 0.5 s: landing lag (log end − landed position) at the end of
   the window and its maximum, p99 acknowledgement latency;
 * peak RSS of the server and of its landing workers;
-* after the load: time to drain the lag, rows in Parquet == acknowledged
+* after the load: time to drain the lag, rows landed == acknowledged
   pushes × 60, and bytes per data point on disk.
 
 Targets: ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
@@ -163,6 +163,18 @@ def _with_payload(push: LoggedPush, payload: bytes) -> LoggedPush:
 
 
 def server_config(landing: Path, args: argparse.Namespace) -> str:
+    if args.landing == "iceberg":
+        options = [
+            f"max_file_age_s = {args.file_age}",
+            f"max_pending_rows = {args.max_rows}",
+            f"workers = {args.workers}",
+        ]
+    else:
+        options = [
+            f"workers = {args.workers}",
+            f"max_file_age_s = {args.file_age}",
+            f"max_rows_per_file = {args.max_rows}",
+        ]
     return "\n".join(
         [
             "[subscriptions.bench]",
@@ -173,15 +185,29 @@ def server_config(landing: Path, args: argparse.Namespace) -> str:
             "[log]",
             f"max_bytes = {8 * 1024 * MIB}",
             "[exporters.landing]",
-            'type = "parquet"',
+            f'type = "{args.landing}"',
             "[exporters.landing.options]",
             f'path = "{landing}"',
-            f"workers = {args.workers}",
-            f"max_file_age_s = {args.file_age}",
-            f"max_rows_per_file = {args.max_rows}",
+            *options,
             "",
         ]
     )
+
+
+def landed_files(landing: Path, kind: str) -> tuple[int, int, int]:
+    """(files, rows, bytes) of what the landing committed or published."""
+    if kind == "parquet":
+        files = sorted((landing / "metrics").rglob("*.parquet"))
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        return len(files), rows, sum(f.stat().st_size for f in files)
+    from pyiceberg.catalog import load_catalog  # noqa: PLC0415
+
+    lake = landing / "lake"
+    catalog = load_catalog("kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db")
+    table = catalog.load_table(("kip714", "metrics"))
+    tasks = list(table.scan().plan_files())
+    rows = sum(t.file.record_count for t in tasks)
+    return len(tasks), rows, sum(t.file.file_size_in_bytes for t in tasks)
 
 
 @dataclass(slots=True)
@@ -329,9 +355,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=2, help="load-generator processes")
     parser.add_argument("--connections", type=int, default=100, help="per load process")
     parser.add_argument("--instances", type=int, default=1_200, help="client instances")
+    parser.add_argument("--landing", choices=["iceberg", "parquet"], default="iceberg")
     parser.add_argument("--workers", type=int, default=1, help="landing worker processes")
     parser.add_argument("--file-age", type=float, default=10.0, help="max_file_age_s")
-    parser.add_argument("--max-rows", type=int, default=2_000_000, help="max_rows_per_file")
+    parser.add_argument(
+        "--max-rows", type=int, default=2_000_000, help="max_rows_per_file / max_pending_rows"
+    )
     parser.add_argument("--limit-seconds", type=float, default=3.0)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
@@ -412,9 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cores, worker_cores = (server1 - server0) / window, (workers1 - workers0) / window
         generation = args.max_rows * args.workers / METRICS_PER_PUSH
         bounded = max(lags) <= generation + 2 * args.rate and drained_s < 60
-        files = sorted((path / "landing" / "metrics").rglob("*.parquet"))
-        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        size = sum(f.stat().st_size for f in files)
+        files, rows, size = landed_files(path / "landing", args.landing)
         ordered = result.latencies()
         p99 = percentile(ordered, 0.99)
         print(
@@ -438,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         print(
-            f"{'on disk':<30}: {len(files)} files, {rows:,} rows for {acked:,} acknowledged pushes"
+            f"{'on disk':<30}: {files} files, {rows:,} rows for {acked:,} acknowledged pushes"
             f" (x{METRICS_PER_PUSH} = {acked * METRICS_PER_PUSH:,}),"
             f" {size / max(rows, 1):.2f} bytes/data point (the generator repeats 8 payloads);"
             f" {realistic_size:.2f} bytes/data point for 1,000 distinct pushes; server exit {code}",

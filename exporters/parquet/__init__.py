@@ -1,7 +1,7 @@
 """The Parquet landing: every acknowledged data point in Parquet exactly once.
 
 ``ParquetExporter`` is the ``parquet`` entry point in ``kip714.exporters``;
-``docs/landing.md`` describes the layout, the publication protocol and the
+``docs/parquet.md`` describes the layout, the publication protocol and the
 options.
 """
 

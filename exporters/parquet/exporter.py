@@ -32,7 +32,6 @@ written and accounted for, or not written at all.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import fcntl
 import logging
@@ -47,6 +46,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, final
 from durable.cancellation import run_to_completion
 from durable.fs import make_dirs
 from exporters.api import LoggedPush, TransientExportError
+from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet import publish as publishing
@@ -107,13 +107,15 @@ class ParquetStats(FlattenStats):
 
 
 @final
-class ParquetExporter:
+class ParquetExporter(GenerationLanding):
     """Lands every data point in Hive-partitioned, zstd Parquet under ``<path>/metrics/``.
 
     Raises (at construction):
         TypeError: An unknown option, or ``path`` missing.
         ValueError: An option with an invalid value.
     """
+
+    stats: ParquetStats
 
     def __init__(self, config: Mapping[str, Any], /) -> None:
         check_keys(config, _OPTIONS, "parquet")
@@ -143,11 +145,7 @@ class ParquetExporter:
         self._log_id: str | None = None  # the feeding ingest log, from bind_log
         self._epoch = LogEpoch(None, 0, 0)
         self._lock_file: IO[bytes] | None = None
-        self._gen_lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
-        self._started = False
-        self._closed = False
-        self._failure: str | None = None
+        self._init_generations()
         self._abandoned: str | None = None  # a generation given up by cancellation
         self._durable = 0  # every offset below is published (or had nothing to land)
         self._next = 0  # offsets below were published before this start, or exported since
@@ -225,15 +223,6 @@ class ParquetExporter:
         """Partitions and bytes ``retention_hours`` deleted; ``None`` when retention is off."""
         return self._retention.stats if self._retention is not None else None
 
-    @property
-    def failure(self) -> str | None:
-        """Why the landing stopped (fail-stop, until a restart), or ``None`` while it works.
-
-        A generation abandoned by a cancelled shutdown is not a failure: it is
-        replayed at the next start.
-        """
-        return self._failure
-
     def durable_offset(self) -> int:
         """The first offset not yet in a published file (see the module docstring)."""
         if self._gen_first is not None:
@@ -250,11 +239,7 @@ class ParquetExporter:
         if not self._started or self._closed:
             raise RuntimeError("parquet exporter used before start() or after close()")
         self._raise_if_failed()
-        start = 0
-        while start < len(batch) and batch[start].offset < self._next:
-            start += 1
-        if start:
-            self.stats.replayed_pushes_skipped += start
+        start = self._skip_replayed(batch, self._next)
         if start == len(batch):
             return
         pushes = tuple(batch[start:])
@@ -274,46 +259,25 @@ class ParquetExporter:
             if self._should_roll():
                 await self._roll()
 
-    async def flush(self) -> None:
-        """Seal and publish the current generation (everything exported so far)."""
-        if not self._started or self._closed:
-            return
-        async with self._gen_lock:
-            self._raise_if_failed()
-            await self._roll()
+    def _where(self) -> str:
+        return f"parquet landing {self.root}"
 
-    async def close(self) -> None:
-        """Publish what is pending (unless failed), stop the workers, unlock; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._retention is not None:
-                await self._retention.stop()  # a pass in progress finishes first
-            if self._started:
-                # Under the lock: an age-timer roll in progress finishes first,
-                # rather than being cancelled half-way.
-                async with self._gen_lock:
-                    await self._stop_timer()
-                    if self._failure is None and self._abandoned is None:
-                        try:
-                            await self._roll()
-                        except TransientExportError:
-                            _log.error("parquet landing could not publish its last generation")
-        finally:
-            await self._stop_timer()
-            await self._shutdown_workers()
-            if self._lock_file is not None:
-                await asyncio.to_thread(_unlock, self._lock_file)
-                self._lock_file = None
+    async def _before_close(self) -> None:
+        if self._retention is not None:
+            await self._retention.stop()  # a pass in progress finishes first
 
-    async def _stop_timer(self) -> None:
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-            # wait(), not `await timer` under suppress(CancelledError): that would
-            # also swallow a cancellation of close() itself.
-            await asyncio.wait({timer})
+    def _may_seal_on_close(self) -> bool:
+        # A generation abandoned by a cancelled seal is replayed at the next start.
+        return self._failure is None and self._abandoned is None
+
+    async def _release(self) -> None:
+        await self._shutdown_workers()
+        if self._lock_file is not None:
+            await asyncio.to_thread(_unlock, self._lock_file)
+            self._lock_file = None
+
+    async def _seal(self) -> None:
+        await self._roll()
 
     # -- generations ---------------------------------------------------------------------------
 
@@ -326,17 +290,14 @@ class ParquetExporter:
 
     async def _free_worker(self) -> WorkerHandle:
         """The next worker in turn with room for a batch (round robin keeps them even)."""
-        while True:
-            for _ in range(len(self._handles)):
-                handle = self._handles[self._round_robin]
-                self._round_robin = (self._round_robin + 1) % len(self._handles)
-                if handle.in_flight <= IN_FLIGHT_PER_WORKER:
-                    return handle
-            busy = [f for f in self._gen_batches if not f.done()]
-            if not busy:
-                return self._handles[self._round_robin]
-            await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
-            self._raise_if_failed()
+        index, self._round_robin = await free_worker(
+            self._handles,
+            self._round_robin,
+            IN_FLIGHT_PER_WORKER,
+            lambda: self._gen_batches,
+            self._raise_if_failed,
+        )
+        return self._handles[index]
 
     def _on_batch(self, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -438,33 +399,22 @@ class ParquetExporter:
 
     async def _age_timer(self) -> None:
         """Publish a generation once it is ``max_file_age_s`` old, however quiet the traffic."""
-        tick = min(1.0, self.max_file_age_s / 4)
-        while True:
-            await asyncio.sleep(tick)
-            if self._gen_first is None or self._failure is not None or self._abandoned:
-                continue
-            if time.monotonic() - self._gen_started < self.max_file_age_s:
-                continue
-            async with self._gen_lock:
-                if self._closed or self._abandoned is not None:
-                    return
-                with contextlib.suppress(TransientExportError):
-                    await self._roll()
+        await age_timer(
+            self.max_file_age_s,
+            lambda: (
+                None
+                if self._gen_first is None or self._failure is not None or self._abandoned
+                else self._gen_started
+            ),
+            self._gen_lock,
+            self._roll,
+            lambda: self._closed or self._abandoned is not None,
+        )
 
     # -- failure -------------------------------------------------------------------------------
 
-    def _fail(self, reason: str) -> None:
-        if self._failure is None:
-            self._failure = (
-                f"parquet landing {self.root} stopped: {reason}; restart kip714 to resume "
-                f"from offset {self.durable_offset()}"
-            )
-            self.stats.failures += 1
-            _log.error("%s", self._failure)
-
     def _raise_if_failed(self) -> None:
-        if self._failure is not None:
-            raise TransientExportError(self._failure)
+        super()._raise_if_failed()
         if self._abandoned is not None:
             raise TransientExportError(self._abandoned)
 

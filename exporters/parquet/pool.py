@@ -17,9 +17,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from exporters.parquet.worker import WorkerConfig, worker_main
+from exporters.parquet.worker import worker_main
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from multiprocessing.connection import Connection
     from multiprocessing.context import SpawnProcess
 
@@ -31,23 +32,35 @@ class WorkerFailedError(Exception):
 
 
 class WorkerHandle:
-    """One worker process and its pipe."""
+    """One worker process and its pipe.
 
-    def __init__(self, config: WorkerConfig) -> None:
+    ``target(connection, config)`` is the process's main function: the
+    Parquet landing's by default; the Iceberg landing passes its own.
+    ``config`` is pickled to the process and must have a ``worker_id`` or a
+    ``lane_id`` (it names the process and its threads).
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        target: Callable[[Connection, Any], None] = worker_main,
+        name: str = "kip714-parquet",
+    ) -> None:
+        index = getattr(config, "worker_id", getattr(config, "lane_id", 0))
         # spawn, not fork: the server runs threads (the log's writer, the
         # exporter hosts' readers), and forking a threaded process can copy a
         # held lock into the child.
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self.process: SpawnProcess = context.Process(
-            target=worker_main,
+            target=target,
             args=(child, config),
-            name=f"kip714-parquet-w{config.worker_id}",
+            name=f"{name}-w{index}",
             daemon=True,
         )
         self._child: Connection | None = child
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
-        self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"parquet-send-w{config.worker_id}")
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-send-w{index}")
         self._reader: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.failure: str | None = None

@@ -60,10 +60,20 @@ from exporters.parquet.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from multiprocessing.connection import Connection
 
-__all__ = ["MAX_OPEN_FILES", "BatchReport", "WorkerConfig", "WorkerLanding", "worker_main"]
+__all__ = [
+    "MAX_OPEN_FILES",
+    "BatchReport",
+    "OpenFile",
+    "WorkerConfig",
+    "WorkerLanding",
+    "landing_writer",
+    "serve_requests",
+    "worker_main",
+    "write_pending",
+]
 
 _log = logging.getLogger(__name__)
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
@@ -99,7 +109,7 @@ class BatchReport:
 
 
 @dataclass(slots=True)
-class _OpenFile:
+class OpenFile:
     table: str
     hour: int
     part: int  # 0 for the first file of (table, hour) in a generation, then 1, 2, ...
@@ -118,8 +128,8 @@ class WorkerLanding:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.staging = staging_dir(Path(config.root))
-        self.files: dict[tuple[str, int], _OpenFile] = {}  # least recently appended first
-        self.closed: list[_OpenFile] = []  # spilled to honour max_open_files, sealed with the rest
+        self.files: dict[tuple[str, int], OpenFile] = {}  # least recently appended first
+        self.closed: list[OpenFile] = []  # spilled to honour max_open_files, sealed with the rest
         self.parts: dict[tuple[str, int], int] = {}  # files started per key this generation
         self.generation = 0
         self.poisoned: str | None = None
@@ -224,15 +234,10 @@ class WorkerLanding:
                 f"{self.config.token}-g{self.generation:06d}-w{self.config.worker_id}"
                 f"-{table}-{hour}-p{part}{STAGED_SUFFIX}"
             )
-            writer = pq.ParquetWriter(
-                self.staging / staged,
-                self._schemas[table],
-                compression="zstd",
-                compression_level=self.config.compression_level,
-                use_byte_stream_split=list(_FLOAT_COLUMNS) if table == METRICS_TABLE else False,
-                use_dictionary=_dictionary_columns(table),
+            writer = landing_writer(
+                self.staging / staged, self._schemas[table], self.config.compression_level
             )
-            open_file = _OpenFile(table, hour, part, staged, writer)
+            open_file = OpenFile(table, hour, part, staged, writer)
         self.files[key] = open_file  # (re)inserted last: the most recently appended
         offsets = pc.min_max(rows.column("push_offset"))
         low, high = offsets["min"].as_py(), offsets["max"].as_py()
@@ -257,33 +262,80 @@ class WorkerLanding:
             buffered -= open_file.pending_rows
             self._write_pending(open_file)
 
-    def _write_pending(self, open_file: _OpenFile) -> None:
-        if not open_file.pending:
-            return
-        rows = pa.concat_tables(open_file.pending)
-        open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
-        open_file.rows += rows.num_rows
-        open_file.pending.clear()
-        open_file.pending_rows = 0
+    def _write_pending(self, open_file: OpenFile) -> None:
+        write_pending(open_file)
 
 
-def _dictionary_columns(table: str) -> bool | list[str]:
-    if table == METRICS_TABLE:
-        # Byte-stream split and dictionaries exclude each other; measured
-        # values rarely repeat, everything else does.
-        return [f.name for f in metrics_schema() if f.name not in _FLOAT_COLUMNS]
-    return [f.name for f in pushes_schema() if f.name != "payload"]
+def write_pending(open_file: OpenFile) -> None:
+    """Write the rows ``open_file`` buffers as one row group."""
+    if not open_file.pending:
+        return
+    rows = pa.concat_tables(open_file.pending)
+    open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+    open_file.rows += rows.num_rows
+    open_file.pending.clear()
+    open_file.pending_rows = 0
+
+
+def landing_writer(
+    where: Any, schema: pa.Schema, compression_level: int | None
+) -> pq.ParquetWriter:
+    """A Parquet writer with the landing's encodings, for a path or a writable stream.
+
+    zstd; byte-stream split for the measured values (``value``, ``sum``,
+    ``min``, ``max``) and dictionaries for every other column except a raw
+    ``payload``: byte-stream split and dictionaries exclude each other, and
+    measured values rarely repeat while everything else does.
+    """
+    split = [c for c in _FLOAT_COLUMNS if c in schema.names]
+    return pq.ParquetWriter(
+        where,
+        schema,
+        compression="zstd",
+        compression_level=compression_level,
+        use_byte_stream_split=split or False,
+        use_dictionary=[c for c in schema.names if c not in split and c != "payload"],
+    )
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
     """Entry point of a worker process; serves requests until ``stop`` or EOF."""
+    landing = WorkerLanding(config)
+
+    def poison(reason: str) -> None:
+        landing.poisoned = landing.poisoned or reason
+
+    serve_requests(
+        conn,
+        {
+            "batch": lambda m: ("done", landing.batch([LoggedPush(*f) for f in m[1]])),
+            "seal": lambda m: ("sealed", landing.seal(m[1], m[2])),
+        },
+        poison,
+        landing.abort,
+    )
+
+
+def serve_requests(
+    conn: Connection,
+    handlers: Mapping[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]],
+    poison: Callable[[str], None],
+    cleanup: Callable[[], None],
+) -> None:
+    """A worker process's loop: one reply per request, in order, until ``stop`` or EOF.
+
+    A request that fails is answered ``("error", traceback)`` and poisons the
+    worker: every later request but ``stop`` is refused, so work missing a
+    batch is never sealed. ``cleanup`` runs on ``stop`` and when the parent
+    is gone (EOF): unsealed work is discarded.
+    """
     # The server handles SIGINT/SIGTERM and tells us when to stop; a Ctrl-C
     # sent to the whole process group must not kill us before the final seal.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The system allocator hands freed batches back to the OS; mimalloc kept
     # about 40 MiB more resident here, for no measurable speed difference.
     pa.set_memory_pool(pa.system_memory_pool())
-    landing = WorkerLanding(config)
+    poisoned: str | None = None
     try:
         while True:
             try:
@@ -292,23 +344,20 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
                 return  # the parent is gone
             kind = message[0]
             if kind == "stop":
-                landing.abort()
+                cleanup()
                 conn.send(("stopped",))
                 return
             try:
-                if landing.poisoned is not None and kind == "batch":
-                    raise RuntimeError(f"worker is poisoned: {landing.poisoned}")
-                if kind == "batch":
-                    pushes = [LoggedPush(*fields) for fields in message[1]]
-                    reply: tuple[Any, ...] = ("done", landing.batch(pushes))
-                elif kind == "seal":
-                    reply = ("sealed", landing.seal(message[1], message[2]))
-                else:
+                if poisoned is not None:
+                    raise RuntimeError(f"worker is poisoned: {poisoned}")
+                if kind not in handlers:
                     raise ValueError(f"unknown request {kind!r}")
+                reply = handlers[kind](message)
             except Exception:
-                landing.poisoned = landing.poisoned or traceback.format_exc(limit=8)
-                reply = ("error", landing.poisoned)
+                poisoned = poisoned or traceback.format_exc(limit=8)
+                poison(poisoned)
+                reply = ("error", poisoned)
             conn.send(reply)
     finally:
-        landing.abort()
+        cleanup()
         conn.close()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import report
 from telemetry.admin import cli as admin_cli
 from telemetry.cli import demo
+from telemetry.cli import lake as lake_cli
 from telemetry.cli import log as log_cli
 from telemetry.cli import meta as meta_cli
 from telemetry.cli.log_setup import configure_logging
@@ -94,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     commands.add_parser(
+        "lake",
+        help="the Iceberg landing: tables, snapshots, query, compact, expire, import-parquet "
+        "(kip714 lake --help)",
+        add_help=False,
+    )
+    commands.add_parser(
         "subscriptions",
         help="describe or change client-metrics subscriptions (kip714 subscriptions --help)",
         add_help=False,
@@ -129,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": report.main,
         "demo": demo.main,
         "log": log_cli.main,
+        "lake": lake_cli.main,
         "subscriptions": admin_cli.subscriptions_main,
         "quotas": admin_cli.quotas_main,
         "meta": meta_cli.main,

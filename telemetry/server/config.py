@@ -36,6 +36,7 @@ from telemetry.kafka.settings import (
 )
 from telemetry.metastore.settings import MetaSettings, parse_meta
 from telemetry.security.settings import SecuritySettings, parse_security
+from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE, lake_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -43,13 +44,14 @@ if TYPE_CHECKING:
 DEFAULT_DATA_DIR = "./kip714-data"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
-#: The built-in exporter a config without ``[exporters]`` gets: the Parquet
-#: landing under ``<data_dir>/metrics/``.
-DEFAULT_EXPORTER_TYPE = "parquet"
+#: The built-in exporter a config without ``[exporters]`` gets: the Iceberg
+#: landing, its lake under ``<data_dir>/lake/`` unless ``[lake]`` says otherwise.
+DEFAULT_EXPORTER_TYPE = LAKE_EXPORTER_TYPE
 #: Where a built-in exporter whose options give no ``path`` writes, under the
 #: data directory: ``--data-dir`` moves everything not given an explicit path.
 _DEFAULT_PATHS: dict[str, Callable[[Path, str], Path]] = {
     "parquet": lambda data_dir, _name: data_dir,  # rows under <data_dir>/metrics/
+    "iceberg": lambda data_dir, _name: data_dir,  # the lake under <data_dir>/lake/, node_id file
     "jsonl": lambda data_dir, name: data_dir / "jsonl" / f"{name}.jsonl",
 }
 
@@ -176,6 +178,8 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "forward",
             "admin",
             "security",
+            "lake",
+            "server",
             "meta",
         },
     )
@@ -251,8 +255,15 @@ def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, An
 
 def _exporters_in(document: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
     if "exporters" not in document:
-        return default_exporters(data_dir)
-    return _exporters(toml.table("exporters", document["exporters"]), data_dir)
+        exporters = default_exporters(data_dir)
+    else:
+        exporters = _exporters(toml.table("exporters", document["exporters"]), data_dir)
+    # [lake] and [server] node_id are the options of every iceberg landing, under its own.
+    lake = lake_options(document)
+    return tuple(
+        replace(e, options={**lake, **e.options}) if e.type == LAKE_EXPORTER_TYPE else e
+        for e in exporters
+    )
 
 
 def _retention_hours(key: str, section: Mapping[str, Any]) -> int | None:

@@ -12,6 +12,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from exporters.parquet import ParquetExporter
+from tests.exporters.support import run_exporter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -24,15 +25,7 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 async def land_async(
     root: Path, batches: Sequence[Sequence[LoggedPush]], **options: Any
 ) -> ParquetExporter:
-    exporter = ParquetExporter({"path": str(root), **options})
-    await exporter.start()
-    try:
-        for batch in batches:
-            await exporter.export(batch)
-        await exporter.flush()
-    finally:
-        await exporter.close()
-    return exporter
+    return await run_exporter(ParquetExporter({"path": str(root), **options}), batches)
 
 
 def land(root: Path, batches: Sequence[Sequence[LoggedPush]], **options: Any) -> ParquetExporter:

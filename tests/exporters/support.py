@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, MetricsData
 
 from exporters.api import LoggedPush
 from exporters.otlp_rows import COLUMNS
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from exporters.api import Exporter
 
 DATA = Path("/work/shared/data")
 PRODUCER_PUSH = DATA / "librdkafka-2.16-producer-push.otlp.bin"
@@ -96,3 +101,29 @@ def row(**values: Any) -> dict[str, Any]:
     )
     expected.update(values)
     return expected
+
+
+E = TypeVar("E", bound="Exporter")
+
+
+async def run_exporter(
+    exporter: E,
+    batches: Sequence[Sequence[LoggedPush]],
+    log_id: str | None = None,
+    *,
+    flush_each: bool = False,
+) -> E:
+    """What the host does: bind the log (if it has an id), start, export, flush, close."""
+    bind = getattr(exporter, "bind_log", None)
+    if log_id is not None and bind is not None:
+        bind(log_id)
+    await exporter.start()
+    try:
+        for batch in batches:
+            await exporter.export(batch)
+            if flush_each:
+                await exporter.flush()
+        await exporter.flush()
+    finally:
+        await exporter.close()
+    return exporter

@@ -13,7 +13,7 @@ from exporters.api import LogBoundExporter
 from exporters.parquet import ParquetExporter, publish
 from exporters.parquet.log_epoch import LogMismatchError
 from tests.exporters.parquet_support import parquet_files, read_rows
-from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
+from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push, run_exporter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,17 +38,7 @@ async def land_from(
     root: Path, log_id: str | None, batches: Sequence[Sequence[LoggedPush]], **options: Any
 ) -> ParquetExporter:
     """What the host does: bind the log (if it has an id), start, export, flush, close."""
-    exporter = ParquetExporter({"path": str(root), **options})
-    if log_id is not None:
-        exporter.bind_log(log_id)
-    await exporter.start()
-    try:
-        for batch in batches:
-            await exporter.export(batch)
-        await exporter.flush()
-    finally:
-        await exporter.close()
-    return exporter
+    return await run_exporter(ParquetExporter({"path": str(root), **options}), batches, log_id)
 
 
 def manifests(root: Path) -> list[dict[str, Any]]:

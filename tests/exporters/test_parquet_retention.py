@@ -29,7 +29,7 @@ def gauge_push(offset: int, time_ns: int) -> Any:
         gauge=Gauge(data_points=[NumberDataPoint(time_unix_nano=time_ns, as_double=1.0)]),
     )
     # Received when measured: a point more than a day from its receive time
-    # would be filed under the receive hour (docs/landing.md, skewed clocks).
+    # would be filed under the receive hour (docs/parquet.md, skewed clocks).
     return push(payload(metric), offset=offset, received_time_ms=time_ns // 1_000_000)
 
 

@@ -26,7 +26,7 @@ def test_embedded_defaults_need_no_file() -> None:
     assert [s.name for s in settings.subscriptions] == ["default"]
     assert settings.subscriptions[0].metrics == ("org.apache.kafka.",)
     assert settings.subscriptions[0].interval_ms == 60_000
-    assert [(e.name, e.type) for e in settings.exporters] == [("landing", "parquet")]
+    assert [(e.name, e.type) for e in settings.exporters] == [("landing", "iceberg")]
     assert settings.telemetry.max_bytes == 1_048_576
     assert settings.config_path is None
 

@@ -116,7 +116,8 @@ def test_the_readme_config_loads_as_pasted(tmp_path: Path) -> None:
     assert exporters["debug"].options["path"] == "kip714-data/jsonl/debug.jsonl"
     moved = load_settings(path, data_dir=tmp_path / "elsewhere")
     assert moved.log_dir == tmp_path / "elsewhere" / "log"
-    assert {e.name: e.options["path"] for e in moved.exporters} == {
+    # otlp and prometheus write no files, so they get no path.
+    assert {e.name: e.options["path"] for e in moved.exporters if "path" in e.options} == {
         "landing": str(tmp_path / "elsewhere"),
         "debug": str(tmp_path / "elsewhere" / "jsonl" / "debug.jsonl"),
     }
@@ -128,11 +129,13 @@ def test_serve_runs_the_readme_config_and_names_every_path(tmp_path: Path) -> No
     try:
         (line,) = [e["event"] for e in server.events() if "kip714 serving" in e.get("event", "")]
         assert f"log_dir={data / 'log'}" in line
-        assert f"landing(parquet {data})" in line
+        assert f"landing(iceberg {data})" in line
         assert f"debug(jsonl {data / 'jsonl' / 'debug.jsonl'})" in line
         assert server.stop() == 0
     finally:
         server.kill()
     assert (data / "log" / "log_id").exists()
-    assert (data / "_landing" / "manifests").is_dir()
+    assert (data / "lake" / "catalog.db").is_file()  # the default lake, tables created at start
+    assert (data / "lake" / "warehouse" / "kip714" / "metrics" / "metadata").is_dir()
+    assert (data / "node_id").is_file()
     assert (data / "jsonl" / "debug.jsonl").exists()

@@ -1,0 +1,413 @@
+"""``IcebergExporter``: the landing as an Apache Iceberg table that several nodes share.
+
+How exactly-once works with the host (``exporters.api.BufferingExporter``):
+``export`` hands each batch to a lane (a worker process, ``lanes.py``) that
+flattens it and buffers the rows of the current *generation*, a contiguous
+run of log offsets; it waits only while every lane has two batches queued.
+Past ``max_pending_rows`` the lanes write their rows out as data files (not
+yet committed); once the generation is ``max_file_age_s`` old (and on
+``flush``) its files are committed in one snapshot whose properties name
+this node, its ingest log and the offsets covered (``commits.py``).
+``durable_offset`` is the first offset of the uncommitted generation, so the
+host never commits past data that is not in a committed snapshot; after a
+restart the exporter resumes after the newest snapshot this node wrote (and
+skips replayed offsets below it), so every push lands once even after
+SIGKILL between the Iceberg commit and the host's.
+
+A failed write or a commit that keeps losing the race stops the landing
+(fail-stop, as the Parquet landing): later ``export`` calls raise
+``TransientExportError`` and a restart resumes from the table. A commit in
+progress is finished before a cancellation is delivered
+(``run_to_completion``), so the exporter always knows whether it happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, final
+
+from durable.cancellation import run_to_completion
+from exporters.api import LoggedPush, TransientExportError
+from exporters.generations import GenerationLanding, age_timer, free_worker
+from exporters.iceberg import commits
+from exporters.iceberg.lake import lake_location, open_catalog, open_table
+from exporters.iceberg.lanes import ProcessLane, ThreadLane
+from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
+from exporters.iceberg.resume import parquet_landing_position
+from exporters.iceberg.rows import BatchReply, LaneConfig, WrittenFile
+from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
+from exporters.options import bool_option, int_option, number_option
+from exporters.otlp_rows import FlattenStats
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from pyiceberg.table import Table
+
+__all__ = ["DEFAULTS", "IcebergExporter", "IcebergStats"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULTS: Final[Mapping[str, Any]] = {
+    "max_file_age_s": 5.0,
+    "max_pending_rows": 2_000_000,
+    "raw": False,
+    "node_id": None,
+    "compact_after_hours": None,
+    "expire_snapshots_after_hours": None,
+    "retention_hours": None,
+    "orphan_files_after_hours": None,
+    "maintenance_interval_s": 600.0,
+    "workers": max(1, (os.cpu_count() or 2) - 1),
+}
+_LAKE_KEYS: Final = frozenset(
+    {
+        "path",
+        "catalog",
+        "warehouse",
+        "namespace",
+        "s3_endpoint",
+        "s3_region",
+        "s3_access_key_id",
+        "s3_secret_access_key",
+    }
+)
+_OPTIONS: Final = frozenset({*_LAKE_KEYS, *DEFAULTS})
+NODE_ID_FILE: Final = "node_id"
+#: Batches queued per lane beyond the one it is flattening; bounds memory.
+IN_FLIGHT_PER_LANE: Final = 2
+
+
+@dataclass(slots=True)
+class IcebergStats(FlattenStats):
+    """Running totals: the flattening counters plus the lake's own.
+
+    ``refused_counts`` counts data points left out because a count exceeded
+    2^63−1 (Iceberg's ``long``).
+    """
+
+    rows_landed: int = 0
+    raw_rows_landed: int = 0
+    files_written: int = 0
+    commits: int = 0
+    commit_conflicts: int = 0
+    refused_counts: int = 0
+    unlandable_pushes: int = 0
+    replayed_pushes_skipped: int = 0
+    failures: int = 0
+    durable_offset: int = 0
+    pending_rows: int = 0
+
+
+@dataclass(slots=True)
+class _Generation:
+    first: int
+    started: float
+    last: int = -1
+    batches: list[asyncio.Future[Any]] = field(default_factory=list)
+    buffered: dict[int, int] = field(default_factory=dict)  # rows buffered per lane
+    files: list[WrittenFile] = field(default_factory=list)
+
+
+def node_id_in(data_dir: Path) -> str:
+    """This node's id kept in ``data_dir`` (a UUID created on first use)."""
+    path = data_dir / NODE_ID_FILE
+    with contextlib.suppress(FileNotFoundError):
+        text = path.read_text().strip()
+        if text:
+            return text
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fresh = str(uuid.uuid4())
+    temp = path.with_suffix(".tmp")
+    temp.write_text(fresh + "\n")
+    os.replace(temp, path)
+    return path.read_text().strip()
+
+
+@final
+class IcebergExporter(GenerationLanding):
+    """Lands every data point in ``<namespace>.metrics`` (and ``pushes`` with ``raw``).
+
+    Raises (at construction):
+        TypeError: An unknown option.
+        ValueError: An option with an invalid value.
+    """
+
+    stats: IcebergStats
+
+    def __init__(self, config: Mapping[str, Any], /) -> None:
+        unknown = sorted(set(config) - _OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"unknown option {unknown[0]!r} for the iceberg exporter "
+                f"(known: {', '.join(sorted(_OPTIONS))})"
+            )
+        options = {**DEFAULTS, **config}
+        path = config.get("path")
+        self.data_dir = None if path is None else Path(os.fspath(path))
+        self.location = lake_location(config, self.data_dir)
+        self.max_file_age_s = number_option(options, "max_file_age_s", 0.01)
+        self.max_pending_rows = int_option(options, "max_pending_rows", 1)
+        self.workers = int_option(options, "workers", 0, 64)
+        self.raw = bool_option(options, "raw")
+        node_id = options["node_id"]
+        if node_id is not None and (not isinstance(node_id, str) or not node_id.strip()):
+            raise ValueError(f"option 'node_id' must be a non-empty string: {node_id!r}")
+        if node_id is None and self.data_dir is None:
+            raise ValueError("option 'node_id' is required when 'path' is not given")
+        self._node_id: str | None = node_id
+        self.maintenance_settings = MaintenanceSettings.from_options(options)
+        self.stats = IcebergStats()
+        """Running counters for the server's metrics; see ``IcebergStats``."""
+        self._log_id: str | None = None
+        self._tables: dict[str, Table] = {}
+        self._from: dict[str, int] = {}  # per table: the first offset it does not hold
+        self._next = 0  # offsets below were landed before this start, or exported since
+        self._lanes: list[ProcessLane | ThreadLane] = []
+        self._round_robin = 0
+        self._gen: _Generation | None = None
+        self._maintenance: Maintenance | None = None
+        self._durable = 0
+        self._init_generations()
+
+    @property
+    def node_id(self) -> str:
+        """The id naming this node in commits and in ``ingest_node`` (known after ``start``)."""
+        if self._node_id is None:
+            raise RuntimeError("node_id is known after start()")
+        return self._node_id
+
+    @property
+    def maintenance_stats(self) -> MaintenanceStats | None:
+        """What the scheduled maintenance did; ``None`` when none is configured."""
+        return None if self._maintenance is None else self._maintenance.stats
+
+    # -- the Exporter contract ----------------------------------------------------------------
+
+    def bind_log(self, log_id: str, /) -> None:
+        """The id of the ingest log feeding the lake (``LogBoundExporter``)."""
+        self._log_id = log_id
+
+    async def start(self) -> None:
+        """Open (or create) the tables, find where this node stands, start lanes and timers."""
+        if self._closed:
+            raise RuntimeError("iceberg exporter is closed")
+        if self._started:
+            return
+        await asyncio.to_thread(self._open)
+        try:
+            token = uuid.uuid4().hex[:8]
+            properties = self.location.catalog_properties()
+            locations = {name: table.location() for name, table in self._tables.items()}
+            for index in range(max(1, self.workers)):
+                config = LaneConfig(index, self.node_id, locations, properties, token)
+                lane = ProcessLane(config) if self.workers else ThreadLane(config)
+                self._lanes.append(lane)
+                await lane.start()
+        except BaseException:
+            await self._stop_lanes()
+            raise
+        self._started = True
+        self._timer = asyncio.create_task(self._age_timer(), name="iceberg-age")
+        if self.maintenance_settings.enabled:
+            self._maintenance = Maintenance(self.location, self.maintenance_settings)
+            self._maintenance.start()
+
+    def _open(self) -> None:
+        if self._node_id is None:
+            assert self.data_dir is not None
+            self._node_id = node_id_in(self.data_dir)
+        catalog = open_catalog(self.location)
+        names = [METRICS_TABLE, PUSHES_TABLE] if self.raw else [METRICS_TABLE]
+        floor = 0
+        if self.data_dir is not None and self._log_id is not None:
+            floor = parquet_landing_position(self.data_dir, self._log_id)
+        for name in names:
+            table = open_table(catalog, self.location.namespace, name)
+            self._tables[name] = table
+            position = commits.committed_position(table, self.node_id)
+            start = floor
+            if position is not None and position.log_id in (None, self._log_id):
+                start = max(start, position.offset_end + 1)
+            elif position is not None:
+                _log.warning(
+                    "lake table %s: node %s last landed ingest log %s; ingest log %s feeds it "
+                    "now, landed from its offset %d (was the log directory replaced?)",
+                    table.name(),
+                    self.node_id,
+                    position.log_id,
+                    self._log_id,
+                    start,
+                )
+            self._from[name] = start
+        self._durable = self._next = min(self._from.values())
+        self.stats.durable_offset = self._durable
+        _log.debug(
+            "iceberg landing %s.%s on node %s resumes at offset %d",
+            self.location.namespace,
+            METRICS_TABLE,
+            self.node_id,
+            self._durable,
+        )
+
+    def durable_offset(self) -> int:
+        """The first offset not yet in a committed snapshot (see the module docstring)."""
+        if self._gen is not None:
+            return self._gen.first
+        return max(self._durable, self._next)
+
+    async def export(self, batch: Sequence[LoggedPush], /) -> None:
+        """Hand ``batch`` to a lane; write or commit the generation when due.
+
+        Raises:
+            TransientExportError: The landing has failed and needs a restart.
+        """
+        if not self._started or self._closed:
+            raise RuntimeError("iceberg exporter used before start() or after close()")
+        self._raise_if_failed()
+        start = self._skip_replayed(batch, self._next)
+        if start == len(batch):
+            return
+        pushes = batch[start:]
+        async with self._gen_lock:
+            self._raise_if_failed()
+            index = await self._free_lane()
+            self._raise_if_failed()
+            gen = self._gen
+            if gen is None:
+                gen = self._gen = _Generation(pushes[0].offset, time.monotonic())
+            future = self._lanes[index].batch(
+                pushes, self._from[METRICS_TABLE], self._from.get(PUSHES_TABLE)
+            )
+            future.add_done_callback(functools.partial(self._on_batch, gen, index))
+            gen.batches.append(future)
+            gen.last = pushes[-1].offset
+            self._next = gen.last + 1
+            if sum(gen.buffered.values()) >= self.max_pending_rows:
+                await run_to_completion(self._write(gen))
+            if time.monotonic() - gen.started >= self.max_file_age_s:
+                await self._commit()
+
+    async def _free_lane(self) -> int:
+        """The next lane in turn with room for a batch (round robin keeps them even)."""
+        index, self._round_robin = await free_worker(
+            self._lanes,
+            self._round_robin,
+            IN_FLIGHT_PER_LANE,
+            lambda: self._gen.batches if self._gen else [],
+            self._raise_if_failed,
+        )
+        return index
+
+    def _on_batch(self, gen: _Generation, lane: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            self._fail(f"flattening offsets {gen.first}..{gen.last} failed: {error}")
+            return
+        reply: BatchReply = future.result()[1]
+        self.stats.merge(reply.stats)
+        self.stats.refused_counts += reply.refused_counts
+        self.stats.unlandable_pushes += reply.unlandable
+        gen.buffered[lane] = reply.buffered
+        self.stats.pending_rows = sum(gen.buffered.values())
+
+    def _where(self) -> str:
+        return f"iceberg landing {self.location.namespace}.{METRICS_TABLE}"
+
+    async def _before_close(self) -> None:
+        if self._maintenance is not None:
+            await self._maintenance.stop()
+
+    async def _release(self) -> None:
+        await self._stop_lanes()
+
+    async def _seal(self) -> None:
+        await self._commit()
+
+    async def _stop_lanes(self) -> None:
+        lanes, self._lanes = self._lanes, []
+        await asyncio.gather(*(lane.stop() for lane in lanes), return_exceptions=True)
+
+    # -- generations ---------------------------------------------------------------------------
+
+    async def _write(self, gen: _Generation) -> None:
+        """Have every lane write its buffered rows of ``gen`` as data files (not committed)."""
+        try:
+            await asyncio.gather(*gen.batches)
+            replies = await asyncio.gather(
+                *(lane.write(gen.first, gen.last) for lane in self._lanes)
+            )
+        except Exception as error:
+            self._fail(f"writing data files of offsets {gen.first}..{gen.last} failed: {error}")
+            raise TransientExportError(self._failure) from error
+        self._raise_if_failed()
+        for reply in replies:
+            gen.files.extend(reply[1])
+        self.stats.files_written += sum(len(reply[1]) for reply in replies)
+        gen.batches = []
+        gen.buffered = {}
+        self.stats.pending_rows = 0
+
+    async def _commit(self) -> None:
+        """Write what is buffered and commit the generation: one snapshot per table."""
+        gen = self._gen
+        if gen is None:
+            return
+        await run_to_completion(self._write(gen))
+        await run_to_completion(self._commit_generation(gen))
+
+    async def _commit_generation(self, gen: _Generation) -> None:
+        properties = {
+            commits.NODE_ID: self.node_id,
+            commits.OFFSET_START: str(gen.first),
+            commits.OFFSET_END: str(gen.last),
+        }
+        if self._log_id:
+            properties[commits.LOG_ID] = self._log_id
+        for name in sorted(self._tables):
+            files = [f for f in gen.files if f.table == name]
+            if not files:
+                continue
+            conflicts: list[int] = []
+            try:
+                self._tables[name] = await asyncio.to_thread(
+                    commits.commit_files,
+                    self._tables[name],
+                    [f.location for f in files],
+                    properties,
+                    conflicts,
+                )
+            except Exception as error:
+                self.stats.commit_conflicts += len(conflicts)
+                self._fail(f"committing offsets {gen.first}..{gen.last} failed: {error!r}")
+                raise TransientExportError(self._failure) from error
+            self.stats.commit_conflicts += len(conflicts)
+            self.stats.commits += 1
+            landed = sum(f.rows for f in files)
+            if name == METRICS_TABLE:
+                self.stats.rows_landed += landed
+            else:
+                self.stats.raw_rows_landed += landed
+        self._durable = gen.last + 1
+        self.stats.durable_offset = self._durable
+        self._gen = None
+
+    async def _age_timer(self) -> None:
+        """Commit a generation once it is ``max_file_age_s`` old, however quiet the traffic."""
+        await age_timer(
+            self.max_file_age_s,
+            lambda: None if self._gen is None or self._failure else self._gen.started,
+            self._gen_lock,
+            self._commit,
+            lambda: self._closed,
+        )

@@ -1,0 +1,191 @@
+"""One flattening lane's rows: logged pushes in, Parquet data files of the lake out.
+
+A ``LakeRows`` flattens batches (``exporters.parquet.flatten``, the Parquet
+landing's vectorised flattener), turns them into lake rows (``schema``) and
+streams them into one open data file per table and receive hour, in the
+table's ``data/`` directory through pyiceberg's FileIO (local disk or S3);
+``write`` closes the files and reports them, and the exporter commits them.
+It runs in a worker process (``worker.py``) or, with ``workers = 0``, in a
+thread of the server; either way one lane handles its requests in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import pyarrow as pa
+from pyiceberg.io import load_file_io
+
+from exporters.iceberg.schema import (
+    METRICS_TABLE,
+    PUSHES_TABLE,
+    to_lake_pushes,
+    to_lake_rows,
+)
+from exporters.otlp_rows import FlattenStats
+from exporters.parquet.flatten import flatten_to_table
+from exporters.parquet.schema import hours_of, pushes_table, split_by_hour
+from exporters.parquet.worker import OpenFile, landing_writer, write_pending
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from pyiceberg.io import FileIO
+
+    from exporters.api import LoggedPush
+
+__all__ = ["BatchReply", "LakeRows", "LaneConfig", "WrittenFile", "write_data_file"]
+
+#: Rows an open data file buffers before writing them as a row group.
+ROW_GROUP_ROWS: Final = 131_072
+
+
+@dataclass(frozen=True, slots=True)
+class LaneConfig:
+    """What a lane needs: where the tables live and how to reach their storage."""
+
+    lane_id: int
+    node_id: str
+    locations: Mapping[str, str]  # table name -> table location (file://… or s3://…)
+    io_properties: Mapping[str, str]
+    token: str  # unique per exporter start, so data file names never collide
+
+
+@dataclass(slots=True)
+class BatchReply:
+    """What one batch did, for the exporter's counters and its write decisions."""
+
+    stats: FlattenStats
+    rows: int
+    raw_rows: int
+    refused_counts: int
+    unlandable: int
+    buffered: int  # rows this lane buffers now
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    table: str
+    location: str
+    rows: int
+
+
+def write_data_file(io: FileIO, table_location: str, rows: pa.Table, hour: int, name: str) -> str:
+    """Write ``rows`` (one receive hour) as a Parquet data file under ``table_location``.
+
+    Written with the Parquet landing's encodings (``landing_writer``). The
+    file carries no field ids; the table's name mapping resolves its columns.
+    """
+    location = data_file_location(table_location, hour, name)
+    with io.new_output(location).create(overwrite=True) as stream:
+        writer = landing_writer(stream, rows.schema, None)
+        writer.write_table(rows)
+        writer.close()
+    return location
+
+
+def data_file_location(table_location: str, hour: int, name: str) -> str:
+    """Where a data file of one receive hour goes: ``<table>/data/received_time_hour=…/``."""
+    stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
+    return f"{table_location}/data/received_time_hour={stamp}/{name}.parquet"
+
+
+@dataclass(slots=True)
+class LakeRows:
+    """One lane's rows of the current generation, streamed into open data files.
+
+    Rows are appended to one open Parquet file per table and receive hour and
+    written out as a row group every ``row_group_rows`` rows, so memory stays
+    bounded by a row group per open file however long the generation is.
+    """
+
+    config: LaneConfig
+    row_group_rows: int = ROW_GROUP_ROWS
+    files: dict[tuple[str, int], OpenFile] = field(default_factory=dict)
+    streams: dict[str, Any] = field(default_factory=dict)  # location -> its output stream
+    rows: int = 0
+    written: int = 0
+    _io: FileIO | None = None
+
+    @property
+    def io(self) -> FileIO:
+        if self._io is None:
+            first = next(iter(self.config.locations.values()))
+            self._io = load_file_io(dict(self.config.io_properties), first)
+        return self._io
+
+    def batch(
+        self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
+    ) -> BatchReply:
+        """Flatten ``pushes`` (those at or past each table's resume offset) and append them."""
+        stats = FlattenStats()
+        reply = BatchReply(stats, 0, 0, 0, 0, 0)
+        fresh = [p for p in pushes if p.offset >= metrics_from]
+        if fresh:
+            flat, flat_stats, unlandable = flatten_to_table(fresh)
+            stats.merge(flat_stats)
+            table, reply.refused_counts = to_lake_rows(flat, self.config.node_id)
+            reply.unlandable = len(unlandable)
+            reply.rows = table.num_rows
+            self._append(METRICS_TABLE, table)
+        if pushes_from is not None:
+            raw = [p for p in pushes if p.offset >= pushes_from]
+            if raw:
+                table = to_lake_pushes(pushes_table(raw), self.config.node_id)
+                reply.raw_rows = table.num_rows
+                self._append(PUSHES_TABLE, table)
+        reply.buffered = self.rows
+        return reply
+
+    def _append(self, name: str, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self.rows += table.num_rows
+        for hour, part in split_by_hour(table, hours_of(table.column("received_time"))):
+            key = (name, hour)
+            open_file = self.files.get(key)
+            if open_file is None:
+                open_file = self.files[key] = self._open(name, hour, part.schema)
+            open_file.pending.append(part)
+            open_file.pending_rows += part.num_rows
+            if open_file.pending_rows >= self.row_group_rows:
+                write_pending(open_file)
+
+    def _open(self, name: str, hour: int, schema: pa.Schema) -> OpenFile:
+        self.written += 1
+        location = data_file_location(
+            self.config.locations[name],
+            hour,
+            f"{self.config.node_id}-{self.config.token}-l{self.config.lane_id}-{self.written}",
+        )
+        stream = self.streams[location] = self.io.new_output(location).create(overwrite=True)
+        return OpenFile(name, hour, 0, location, landing_writer(stream, schema, None))
+
+    def write(self, first: int, last: int) -> list[WrittenFile]:
+        """Close every open data file of the generation ``first..last``; report them."""
+        del first, last  # the commit's snapshot properties carry the offsets
+        files: list[WrittenFile] = []
+        for key in sorted(self.files):
+            open_file = self.files[key]
+            write_pending(open_file)
+            open_file.writer.close()
+            self.streams.pop(open_file.staged).close()
+            files.append(WrittenFile(open_file.table, open_file.staged, open_file.rows))
+        self.files.clear()
+        self.rows = 0
+        return files
+
+    def discard(self) -> None:
+        """Drop the generation (after a failure): close what is open; orphans are cleaned later."""
+        for open_file in self.files.values():
+            with contextlib.suppress(Exception):
+                open_file.writer.close()
+        for stream in self.streams.values():
+            with contextlib.suppress(Exception):
+                stream.close()
+        self.files.clear()
+        self.streams.clear()
+        self.rows = 0

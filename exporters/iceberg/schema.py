@@ -1,0 +1,127 @@
+"""The lake's table schemas, and landing rows turned into rows Iceberg accepts.
+
+``metrics`` is the landing row schema (``exporters.parquet.schema.metrics_schema``,
+``exporters.otlp_rows.COLUMNS`` in that order) with Iceberg's types: the
+three times are ``timestamptz`` (µs), and every ``uint64`` (``count``,
+``exp_zero_count`` and the bucket-count list elements) is ``long``, because
+Iceberg (and Spark) have no unsigned integer. Two columns follow:
+``node_id``, the broker a per-node metric describes, decoded once from the
+data point attributes with the keys the rollups use (``NODE_ID_ATTRIBUTES``),
+and ``ingest_node``, the kip714 server that landed the row.
+
+A count above 2^63−1 cannot be a ``long``; such a data point is refused (left
+out and counted), never wrapped to a negative number.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporters.parquet.schema import metrics_schema, pushes_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "INT64_MAX",
+    "METRICS_TABLE",
+    "NODE_ID_ATTRIBUTES",
+    "PUSHES_TABLE",
+    "UINT64_COLUMNS",
+    "lake_metrics_schema",
+    "lake_pushes_schema",
+    "to_lake_rows",
+]
+
+METRICS_TABLE: Final = "metrics"
+PUSHES_TABLE: Final = "pushes"
+#: Attribute keys naming the broker a per-node metric describes, first match
+#: wins: librdkafka says ``node.id``, the Java client ``node_id`` (Kafka's
+#: ``node-id`` tag snake-cased). The same list as ``spark_jobs.rollups``.
+NODE_ID_ATTRIBUTES: Final = ("node.id", "node_id", "node-id")
+INT64_MAX: Final = 2**63 - 1
+UINT64_COLUMNS: Final = (
+    "count",
+    "exp_zero_count",
+    "bucket_counts",
+    "exp_positive_bucket_counts",
+    "exp_negative_bucket_counts",
+)
+
+
+def _signed(field: pa.Field) -> pa.Field:
+    if field.type == pa.uint64():
+        return pa.field(field.name, pa.int64())
+    if pa.types.is_list(field.type) and field.type.value_type == pa.uint64():
+        return pa.field(field.name, pa.list_(pa.int64()))
+    return field
+
+
+@functools.cache
+def lake_metrics_schema() -> pa.Schema:
+    """The Arrow schema of the ``metrics`` table (the Iceberg schema is converted from it)."""
+    fields = [_signed(f) for f in metrics_schema()]
+    fields += [pa.field("node_id", pa.string()), pa.field("ingest_node", pa.string())]
+    return pa.schema(fields)
+
+
+@functools.cache
+def lake_pushes_schema() -> pa.Schema:
+    """The raw ``pushes`` table: the Parquet landing's, plus ``ingest_node``."""
+    return pa.schema([*pushes_schema(), pa.field("ingest_node", pa.string())])
+
+
+def _overflowing(table: pa.Table) -> pa.Array | None:
+    """A mask of rows holding a count above 2^63−1, or ``None`` when there is none."""
+    mask: pa.Array | None = None
+    limit = pa.scalar(INT64_MAX, pa.uint64())
+    for name in UINT64_COLUMNS:
+        column = table.column(name)
+        if pa.types.is_list(column.type):
+            values = pc.list_flatten(column)
+            if len(values) == 0 or not pc.any(pc.greater(values, limit)).as_py():
+                continue
+            parents = pc.list_parent_indices(column)
+            bad_parents = pc.filter(parents, pc.greater(values, limit))
+            row = pc.is_in(pa.array(range(table.num_rows), pa.int64()), value_set=bad_parents)
+        else:
+            if not pc.any(pc.greater(column, limit)).as_py():
+                continue
+            row = pc.fill_null(pc.greater(column, limit), False)
+        mask = row if mask is None else pc.or_(mask, row)
+    return mask
+
+
+def _node_ids(attributes: pa.ChunkedArray) -> pa.Array:
+    found = [pc.map_lookup(attributes, pa.scalar(k), "first") for k in NODE_ID_ATTRIBUTES]
+    return pc.coalesce(*found)
+
+
+def to_lake_rows(table: pa.Table, ingest_node: str) -> tuple[pa.Table, int]:
+    """Landing rows (``metrics_schema``) as ``metrics`` table rows, and how many were refused."""
+    refused = 0
+    mask = _overflowing(table)
+    if mask is not None:
+        refused = pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
+        table = table.filter(pc.invert(mask))
+    schema = lake_metrics_schema()
+    arrays = [table.column(f.name).cast(schema.field(f.name).type) for f in metrics_schema()]
+    arrays.append(
+        _node_ids(table.column("attributes")) if table.num_rows else pa.array([], pa.string())
+    )
+    arrays.append(pa.array([ingest_node] * table.num_rows, pa.string()))
+    return pa.Table.from_arrays(arrays, schema=schema), refused
+
+
+def to_lake_pushes(raw: pa.Table, ingest_node: str) -> pa.Table:
+    """Raw ``pushes`` rows (``pushes_schema``) with the landing node added."""
+    return raw.append_column("ingest_node", pa.array([ingest_node] * raw.num_rows, pa.string()))
+
+
+def concat(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    """One table of ``tables`` (or an empty one of ``schema``)."""
+    return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -1,0 +1,265 @@
+"""The Iceberg landing in-process: schema, counts, resume, conflicts, the switch from Parquet."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, Metric
+
+from exporters import registry
+from exporters.api import TransientExportError
+from exporters.iceberg import IcebergExporter, commits
+from exporters.iceberg.lake import open_catalog, open_table
+from exporters.iceberg.lanes import ProcessLane
+from exporters.iceberg.rows import write_data_file
+from exporters.iceberg.schema import INT64_MAX, lake_metrics_schema
+from exporters.otlp_rows import COLUMNS
+from exporters.parquet import ParquetExporter
+from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from exporters.api import LoggedPush
+
+
+def run(path: Path, batches: Sequence[Sequence[LoggedPush]], **options: Any) -> IcebergExporter:
+    log_id = options.pop("log_id", "log-1")
+    return asyncio.run(
+        run_exporter(IcebergExporter({"path": str(path), **options}), batches, log_id)
+    )
+
+
+def scan(exporter: IcebergExporter, name: str = "metrics") -> pa.Table:
+    table = open_catalog(exporter.location).load_table(("kip714", name))
+    return table.scan().to_arrow()
+
+
+def _histogram(count: int, buckets: list[int]) -> bytes:
+    metric = Metric(name="org.apache.kafka.client.latency")
+    point = metric.histogram.data_points.add()
+    point.time_unix_nano, point.start_time_unix_nano = T1, T0
+    point.count, point.sum = count, 1.0
+    point.bucket_counts.extend(buckets)
+    point.explicit_bounds.extend([1.0] * (len(buckets) - 1))
+    point.attributes.append(kv("node.id", string_value="3"))
+    metric.histogram.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
+    return payload(metric)
+
+
+def test_the_schema_contract_columns_types_partitioning_and_sort(tmp_path: Path) -> None:
+    # workers = 0: flattened in a thread of this process instead of a worker process.
+    exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]], workers=0)
+    table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
+    schema = table.schema()
+    assert [f.name for f in schema.fields] == [*COLUMNS, "node_id", "ingest_node"]
+    types = {f.name: str(f.field_type) for f in schema.fields}
+    assert types["time"] == types["start_time"] == types["received_time"] == "timestamptz"
+    assert types["count"] == types["exp_zero_count"] == "long"
+    assert types["bucket_counts"] == "list<long>"
+    assert (
+        types["exp_positive_bucket_counts"] == types["exp_negative_bucket_counts"] == "list<long>"
+    )
+    (partition,) = table.spec().fields
+    assert str(partition.transform) == "hour"
+    assert schema.find_field(partition.source_id).name == "received_time"
+    (order,) = table.sort_order().fields
+    assert schema.find_field(order.source_id).name == "time"
+    rows = scan(exporter)
+    assert rows.num_rows == exporter.stats.rows_landed > 0
+    assert set(rows.column("ingest_node").to_pylist()) == {exporter.node_id}
+    assert (tmp_path / "node_id").read_text().strip() == exporter.node_id
+
+
+def test_node_id_is_decoded_from_the_attributes_once(tmp_path: Path) -> None:
+    exporter = run(tmp_path, [[push(_histogram(5, [2, 3]), offset=0)]])
+    (row,) = scan(exporter).to_pylist()
+    assert row["node_id"] == "3"
+    assert row["count"] == 5
+    assert row["bucket_counts"] == [2, 3]
+
+
+def test_a_count_beyond_a_long_is_refused_and_counted_never_wrapped(tmp_path: Path) -> None:
+    batch = [
+        push(_histogram(INT64_MAX + 1, [1, 2]), offset=0),
+        push(_histogram(7, [INT64_MAX + 5, 1]), offset=1),
+        push(_histogram(INT64_MAX, [INT64_MAX, 0]), offset=2),
+    ]
+    exporter = run(tmp_path, [batch])
+    rows = scan(exporter).to_pylist()
+    assert [r["push_offset"] for r in rows] == [2]
+    assert rows[0]["count"] == INT64_MAX
+    assert exporter.stats.refused_counts == 2
+
+
+def test_restart_resumes_after_the_newest_snapshot_of_this_node(tmp_path: Path) -> None:
+    data = PRODUCER_PUSH.read_bytes()
+    first = run(tmp_path, [[push(data, offset=i) for i in range(10)]])
+    again = run(tmp_path, [[push(data, offset=i) for i in range(5, 15)]])
+    assert again.stats.replayed_pushes_skipped == 5
+    offsets = scan(again).column("push_offset").to_pylist()
+    assert sorted(set(offsets)) == list(range(15))
+    assert len(offsets) == 15 * first.stats.rows_landed // 10
+    # Another node sharing the table has its own position.
+    other = run(tmp_path, [[push(data, offset=i) for i in range(3)]], node_id="other")
+    assert other.stats.replayed_pushes_skipped == 0
+    table = open_catalog(other.location).load_table(("kip714", "metrics"))
+    mine = commits.committed_position(table, again.node_id)
+    assert mine is not None
+    assert (mine.log_id, mine.offset_end) == ("log-1", 14)
+    # A new ingest log (its directory was replaced) starts from its own offset 0.
+    fresh = run(tmp_path, [[push(data, offset=0)]], log_id="log-2")
+    assert fresh.stats.replayed_pushes_skipped == 0
+    assert fresh.stats.rows_landed == first.stats.rows_landed // 10
+
+
+def test_a_commit_from_a_stale_table_lands_once_beside_the_winner(tmp_path: Path) -> None:
+    exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]])
+    catalog = open_catalog(exporter.location)
+    stale = catalog.load_table(("kip714", "metrics"))
+    winner = catalog.load_table(("kip714", "metrics"))
+    rows = scan(exporter).slice(0, 1)
+    hour = rows.column("received_time").cast(pa.int64())[0].as_py() // 3_600_000_000
+    path = write_data_file(
+        winner.io, winner.location(), rows.cast(lake_metrics_schema()), hour, "winner"
+    )
+    winner.add_files([path], check_duplicate_files=False)
+    mine = write_data_file(
+        stale.io, stale.location(), rows.cast(lake_metrics_schema()), hour, "mine"
+    )
+    conflicts: list[int] = []
+    properties = {commits.NODE_ID: "n", commits.LOG_ID: "l", commits.OFFSET_START: "0"}
+    committed = commits.commit_files(
+        stale, [mine], {**properties, commits.OFFSET_END: "0"}, conflicts
+    )
+    # pyiceberg retries a lost fast append itself first; either way it lands once.
+    assert len(conflicts) <= 1
+    assert committed.scan().to_arrow().num_rows == exporter.stats.rows_landed + 2
+    position = commits.committed_position(committed.refresh(), "n")
+    assert position is not None
+    assert position.offset_end == 0
+
+
+def test_switching_from_a_parquet_landing_starts_after_its_last_publication(
+    tmp_path: Path,
+) -> None:
+    data = PRODUCER_PUSH.read_bytes()
+
+    async def parquet_landing() -> None:
+        landing = ParquetExporter({"path": str(tmp_path), "workers": 1})
+        landing.bind_log("log-1")
+        await landing.start()
+        try:
+            await landing.export([push(data, offset=i) for i in range(8)])
+            await landing.flush()
+        finally:
+            await landing.close()
+
+    asyncio.run(parquet_landing())
+    # The host replays from its own committed position, which may lag the landing.
+    lake = run(tmp_path, [[push(data, offset=i) for i in range(12)]])
+    assert lake.stats.replayed_pushes_skipped == 8
+    assert sorted(set(scan(lake).column("push_offset").to_pylist())) == list(range(8, 12))
+    # Another log's Parquet landing says nothing about this log.
+    other = run(tmp_path / "x", [[push(data, offset=i) for i in range(2)]], log_id="log-9")
+    assert other.stats.replayed_pushes_skipped == 0
+
+
+def test_schema_evolution_adds_missing_columns_by_name(tmp_path: Path) -> None:
+    exporter = IcebergExporter({"path": str(tmp_path)})
+    catalog = open_catalog(exporter.location)
+    old = pa.schema([f for f in lake_metrics_schema() if f.name != "ingest_node"])
+    catalog.create_table(("kip714", "metrics"), schema=old)
+    table = open_table(catalog, "kip714", "metrics")
+    assert [f.name for f in table.schema().fields][-2:] == ["node_id", "ingest_node"]
+
+
+def test_the_entry_point_and_option_errors(tmp_path: Path) -> None:
+    assert registry.load("iceberg") is IcebergExporter
+    with pytest.raises(TypeError, match="colour"):
+        IcebergExporter({"path": str(tmp_path), "colour": 1})
+    with pytest.raises(ValueError, match="catalog"):
+        IcebergExporter({"path": str(tmp_path), "catalog": {"type": "hive", "uri": "x"}})
+    with pytest.raises(ValueError, match="node_id"):
+        IcebergExporter({"catalog": {"type": "sql", "uri": "sqlite:///x"}, "warehouse": "/w"})
+
+
+def test_a_dead_worker_stops_the_landing_and_a_restart_lands_everything_once(
+    tmp_path: Path,
+) -> None:
+    data = PRODUCER_PUSH.read_bytes()
+
+    async def crash() -> IcebergExporter:
+        exporter = IcebergExporter({"path": str(tmp_path), "max_file_age_s": 60})
+        exporter.bind_log("log-1")
+        await exporter.start()
+        try:
+            await exporter.export([push(data, offset=i) for i in range(5)])
+            await exporter.flush()
+            await exporter.export([push(data, offset=i) for i in range(5, 10)])
+            lane = exporter._lanes[0]
+            assert isinstance(lane, ProcessLane)
+            lane._handle.process.kill()  # the OOM killer, say
+            await asyncio.to_thread(lane._handle.process.join, 10)
+            with pytest.raises(TransientExportError):
+                await exporter.flush()
+            with pytest.raises(TransientExportError):
+                await exporter.export([push(data, offset=10)])
+            assert exporter.failure is not None
+            assert exporter.durable_offset() == 5  # the host commits nothing past it
+        finally:
+            await exporter.close()
+        return exporter
+
+    crashed = asyncio.run(crash())
+    assert crashed.stats.failures == 1
+    again = run(tmp_path, [[push(data, offset=i) for i in range(5, 12)]])
+    assert again.stats.replayed_pushes_skipped == 0
+    offsets = scan(again).column("push_offset").to_pylist()
+    per_push = crashed.stats.rows_landed // 5
+    assert sorted(set(offsets)) == list(range(12))
+    assert len(offsets) == 12 * per_push
+
+
+def test_the_server_runs_maintenance_on_its_schedule(tmp_path: Path) -> None:
+    data = PRODUCER_PUSH.read_bytes()
+    hour_ms = 3_600_000
+    old = (int(time.time() * 1000) // hour_ms - 3) * hour_ms  # a closed hour
+
+    async def serve() -> IcebergExporter:
+        exporter = IcebergExporter(
+            {
+                "path": str(tmp_path),
+                "workers": 0,
+                "compact_after_hours": 0,
+                "maintenance_interval_s": 0.2,
+            }
+        )
+        exporter.bind_log("log-1")
+        await exporter.start()
+        try:
+            for offset in range(3):  # three commits, three files in one old hour
+                await exporter.export([push(data, offset=offset, received_time_ms=old)])
+                await exporter.flush()
+            stats = exporter.maintenance_stats
+            assert stats is not None
+            for _ in range(200):
+                if stats.hours_compacted:
+                    break
+                await asyncio.sleep(0.05)
+            assert stats.hours_compacted == 1
+            assert stats.failures == 0
+        finally:
+            await exporter.close()
+        return exporter
+
+    exporter = asyncio.run(serve())
+    table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
+    assert len(list(table.scan().plan_files())) == 1
+    assert sorted(set(scan(exporter).column("push_offset").to_pylist())) == [0, 1, 2]
+    assert IcebergExporter({"path": str(tmp_path)}).maintenance_stats is None  # none configured
