@@ -233,7 +233,11 @@ class TelemetryManager:
         quota (``controller_mutation_rate``) before calling
         :meth:`get_telemetry_subscriptions`.
         """
-        if client_instance_id is None or client_instance_id == ZERO_UUID:
+        if client_instance_id is None:
+            return True
+        # == ZERO_UUID by the halves (no __eq__ call): every push asks.
+        uuid = client_instance_id
+        if uuid.most_significant_bits == 0 and uuid.least_significant_bits == 0:
             return True
         return not self._cache.contains(client_instance_id, now_ms)
 
