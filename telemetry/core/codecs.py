@@ -335,7 +335,9 @@ def _check_zstd_frames(data: bytes, max_window: int, max_bytes: int) -> int:
             continue
         if magic != _ZSTD_MAGIC:
             raise InvalidRecordError("corrupt zstd payload: bad frame magic")
-        header_size, content_size = _zstd_frame_header(data[position:], max_window)
+        # The usual payload is one frame: its header is read in place, not from a copy.
+        frame = data if position == 0 else data[position:]
+        header_size, content_size = _zstd_frame_header(frame, max_window)
         declared += content_size
         if declared > max_bytes:
             raise TelemetryTooLargeError(

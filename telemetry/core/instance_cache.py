@@ -129,12 +129,17 @@ class InstanceCache:
         reconnected is not dropped when its old connection finally closes.
         """
         entry = self._entries[client_instance_id]
-        if entry.delay_ms:
-            self._by_delay[entry.delay_ms].pop(client_instance_id, None)
-        entry.delay_ms = self.expiry_delay_ms(entry.instance)
-        entry.deadline_ms = now_ms + entry.delay_ms
-        self._earliest_deadline_ms = min(self._earliest_deadline_ms, entry.deadline_ms)
-        self._by_delay.setdefault(entry.delay_ms, OrderedDict())[client_instance_id] = None
+        delay_ms = max(self._expiry_ms, 3 * entry.instance.push_interval_ms)  # expiry_delay_ms
+        if delay_ms and delay_ms == entry.delay_ms:
+            # The usual push: same delay, so only its place in the bucket moves.
+            self._by_delay[delay_ms].move_to_end(client_instance_id)
+        else:
+            if entry.delay_ms:
+                self._by_delay[entry.delay_ms].pop(client_instance_id, None)
+            entry.delay_ms = delay_ms
+            self._by_delay.setdefault(delay_ms, OrderedDict())[client_instance_id] = None
+        deadline_ms = entry.deadline_ms = now_ms + delay_ms
+        self._earliest_deadline_ms = min(self._earliest_deadline_ms, deadline_ms)
         if connection_id is not None and connection_id != entry.connection_id:
             self._unlink_connection(client_instance_id, entry.connection_id)
             entry.connection_id = connection_id

@@ -38,7 +38,6 @@ from telemetry.wire import (
     InitProducerIdRequest,
     MetadataRequest,
     PushTelemetryRequest,
-    PushTelemetryResponse,
     RequestHeader,
     UnsupportedApiKeyError,
     UnsupportedVersionError,
@@ -46,8 +45,10 @@ from telemetry.wire import (
     build_metadata_response,
     coordinator_not_available,
     decode_request,
+    encode_push_response_v0,
     encode_response,
     init_producer_id_response,
+    push_v0_fields,
     unsupported_api_versions_response,
 )
 from telemetry.wire.headers import read_request_header_prefix
@@ -110,9 +111,10 @@ class KafkaApis:
             (ApiKey.INIT_PRODUCER_ID, "InitProducerId", self._init_producer_id),
         ):
             versions = SUPPORTED_VERSIONS[api_key]
-            self.table.register(
-                api_key, name, (versions.min_version, versions.max_version), _decoded(handle)
-            )
+            served = _decoded(handle)
+            if api_key == ApiKey.PUSH_TELEMETRY:
+                served = self._push_frame(served)
+            self.table.register(api_key, name, (versions.min_version, versions.max_version), served)
         if admin is not None:
             admin.register(self.table)
         if security is not None:
@@ -230,6 +232,7 @@ class KafkaApis:
         state: ConnectionState,
         started_ns: int,
         *,
+        now_ms: int | None = None,
         push_bytes: int | None = None,
         mutation_throttle_ms: int = 0,
     ) -> Throttle:
@@ -237,13 +240,19 @@ class KafkaApis:
 
         Versions without a throttle field (ApiVersions v0, Metadata v0-v2)
         are muted all the same, as Kafka mutes every throttled channel.
+        ``now_ms`` is the request's one wall-clock read, when it has one.
         """
-        return self.enforcement.clients.finish_request(
+        if now_ms is None:
+            now_ms = self.clock()
+        clients = self.enforcement.clients
+        sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
+        return clients.finish_request(
             state.entity,
             time.perf_counter_ns() - started_ns,
-            self.clock(),
+            now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
+            sensors=sensors,
         )
 
     def _get(
@@ -257,6 +266,7 @@ class KafkaApis:
         answer, throttle = self.ingress.get_subscriptions(
             client_instance_id, state.context(), _Quota(self, state, started_ns), self.clock()
         )
+        state.remember_instance_id(answer.client_instance_id)
         response = GetTelemetrySubscriptionsResponse(
             error_code=int(answer.error_code),
             throttle_time_ms=throttle,
@@ -270,6 +280,29 @@ class KafkaApis:
         )
         return encode_response(header, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, response), throttle
 
+    def _push_frame(self, decoded: ApiHandler) -> ApiHandler:
+        """PushTelemetry's row: the common v0 shape read straight into the flow's fields.
+
+        No request objects and one ``Uuid`` per instance and connection; any
+        other shape goes through ``decoded``, the generic reader, which
+        agrees with it on every frame.
+        """
+
+        def serve(
+            state: ConnectionState, frame: bytes, started_ns: int
+        ) -> tuple[bytes, int] | PendingResponse:
+            read = push_v0_fields(frame)
+            if read is None:
+                return decoded(state, frame, started_ns)
+            correlation_id, client_id, instance_id, subscription_id, terminating, codec, data = read
+            state.identify(client_id)
+            fields = PushFields(
+                state.instance_id(instance_id), subscription_id, terminating, codec, data
+            )
+            return self._push_fields(state, correlation_id, fields, started_ns)
+
+        return serve
+
     def _push(
         self,
         state: ConnectionState,
@@ -278,21 +311,26 @@ class KafkaApis:
         started_ns: int,
     ) -> tuple[bytes, int] | PendingResponse:
         fields = PushFields(
-            client_instance_id=Uuid.from_bytes(request.client_instance_id.bytes),
+            client_instance_id=state.instance_id(request.client_instance_id.bytes),
             subscription_id=request.subscription_id,
             terminating=request.terminating,
             compression_type=request.compression_type,
             metrics=None if request.metrics_was_null else request.metrics,
         )
+        return self._push_fields(state, header.correlation_id, fields, started_ns)
+
+    def _push_fields(
+        self, state: ConnectionState, correlation_id: int, fields: PushFields, started_ns: int
+    ) -> tuple[bytes, int] | PendingResponse:
         outcome, quota_ms = self.ingress.push(
             fields, state.context(), _Quota(self, state, started_ns), self.clock()
         )
         if isinstance(outcome, ManagerPushResponse):
-            return _push_response(header, outcome, quota_ms)
+            return _push_response(correlation_id, outcome, quota_ms)
         return Pending(
             outcome,
-            lambda answer: _push_response(header, answer, quota_ms),
-            lambda _: _push_response(header, _STOPPING, quota_ms),
+            lambda answer: _push_response(correlation_id, answer, quota_ms),
+            lambda _: _push_response(correlation_id, _STOPPING, quota_ms),
         )
 
 
@@ -315,6 +353,7 @@ class _Quota:
         return self._apis._finish_request(
             self._state,
             self._started_ns,
+            now_ms=now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
         ).time_ms
@@ -327,14 +366,11 @@ _STOPPING: Final = ManagerPushResponse(
 
 
 def _push_response(
-    header: RequestHeader, outcome: ManagerPushResponse, quota_throttle_ms: int = 0
+    correlation_id: int, outcome: ManagerPushResponse, quota_throttle_ms: int = 0
 ) -> tuple[bytes, int]:
     """The response, carrying the longer of the quota throttle and the log's own."""
     throttle_ms = max(outcome.throttle_time_ms, quota_throttle_ms)
-    response = PushTelemetryResponse(
-        error_code=int(outcome.error_code), throttle_time_ms=throttle_ms
-    )
-    return encode_response(header, ApiKey.PUSH_TELEMETRY, 0, response), throttle_ms
+    return encode_push_response_v0(correlation_id, throttle_ms, outcome.error_code), throttle_ms
 
 
 def _decoded(handle: _Handler) -> ApiHandler:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from telemetry.core.client_instance import RequestContext
+from telemetry.core.client_uuid import Uuid
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.security.sasl_session import SaslSession
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
@@ -38,12 +39,14 @@ from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from telemetry.enforcement import RequestMemoryPool
+    from telemetry.enforcement import EntitySensors, RequestMemoryPool
 
 _log = logging.getLogger(__name__)
 
 #: Frames buffered beyond the one in flight before reading pauses.
 MAX_QUEUED_FRAMES = 8
+#: Instance ids a connection keeps as objects (librdkafka pushes one per connection).
+MAX_INSTANCE_IDS = 64
 
 # Why reading is paused (bits): it resumes when none is left.
 _BACKLOG = 1  # frames queued up, or more than a frame buffered
@@ -78,6 +81,10 @@ class ConnectionState:
     sasl: SaslSession | None = None
     #: Set with a response after which the connection closes (a failed SASL step).
     closing: str | None = None
+    #: The quota sensors of ``entity``, resolved once (``ClientQuotas.sensors``).
+    quota_sensors: EntitySensors | None = None
+    #: The instance ids this connection used, by their 16 wire bytes: see :meth:`instance_id`.
+    _instance_ids: dict[bytes, Uuid] | None = None
 
     @property
     def principal(self) -> str:
@@ -104,6 +111,35 @@ class ConnectionState:
         self.software_name = name
         self.software_version = version
         self._context = None
+
+    def instance_id(self, raw: bytes) -> Uuid:
+        """The ``Uuid`` of 16 wire bytes, the same object for every push of an instance here.
+
+        The manager's maps then find it by identity, without comparing ids,
+        and it is built once per instance, not per push. At most
+        :data:`MAX_INSTANCE_IDS` are kept (a connection serves a few clients).
+        """
+        known = self._instance_ids
+        if known is None:
+            known = self._instance_ids = {}
+        uuid = known.get(raw)
+        if uuid is None:
+            uuid = Uuid.from_bytes(raw)
+            self._remember(raw, uuid)
+        return uuid
+
+    def remember_instance_id(self, uuid: Uuid) -> None:
+        """An id the server handed out here: its own object is the one pushes will use."""
+        if self._instance_ids is None:
+            self._instance_ids = {}
+        self._remember(uuid.to_bytes(), uuid)
+
+    def _remember(self, raw: bytes, uuid: Uuid) -> None:
+        known = self._instance_ids
+        assert known is not None
+        if len(known) >= MAX_INSTANCE_IDS:
+            known.clear()
+        known[raw] = uuid
 
     def context(self) -> RequestContext:
         """The request context, rebuilt only when the client's identity changes."""
@@ -167,8 +203,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = 0  # why reading is paused (the bits above)
         self._writing_paused = False
         self._mute: asyncio.TimerHandle | None = None
-        self.idle = asyncio.get_running_loop().create_future()  # done when nothing is in flight
-        self.idle.set_result(None)
+        self._in_flight = False  # a pending response (a push waiting for the log)
+        self._idle: asyncio.Future[None] | None = None  # made only when asked: see idle
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio callbacks -------------------------------------------------------------------
@@ -198,7 +234,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return
-        self._buffer += self._handler.read_buffer[:nbytes]
+        read = self._handler.read_buffer
+        if not self._buffer and not self._paused and not self._frames and nbytes > SIZE_PREFIX.size:
+            # The usual read: exactly one whole request, nothing held before it.
+            # Copied once, straight from the read buffer (no append, no delete).
+            (size,) = SIZE_PREFIX.unpack_from(read)
+            if nbytes == SIZE_PREFIX.size + size and size <= self._handler.max_frame_bytes:
+                self._frames.append(bytes(read[SIZE_PREFIX.size : nbytes]))
+                self._frame_bytes += size
+                self._pump()
+                self._count_held()
+                return
+        self._buffer += read[:nbytes]
         if self._paused:
             self._repause()
             if self._paused & _ADMISSION:
@@ -250,6 +297,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return None
         ssl_object: object = self._transport.get_extra_info("ssl_object")
         return ssl_object
+
+    @property
+    def idle(self) -> asyncio.Future[None]:
+        """Done when no request is in flight (a shutdown drain waits for it).
+
+        Made when asked, not per request: a drain is rare, requests are not.
+        """
+        idle = self._idle
+        if idle is None:
+            idle = self._idle = asyncio.get_running_loop().create_future()
+            if not self._in_flight:
+                idle.set_result(None)
+        return idle
 
     @property
     def busy(self) -> bool:
@@ -320,8 +380,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if isinstance(result, tuple):
                 self._respond(*result)
             else:
-                self._busy = True
-                self.idle = asyncio.get_running_loop().create_future()
+                self._busy = self._in_flight = True
+                if self._idle is not None and self._idle.done():
+                    self._idle = None  # the next drain waits for this request
                 result.add_done_callback(self._completed)
                 return
         if self._closed:
@@ -336,9 +397,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close("truncated" if self._buffer else "eof")
 
     def _completed(self, outcome: tuple[bytes, int]) -> None:
-        self._busy = False
-        if not self.idle.done():
-            self.idle.set_result(None)
+        self._busy = self._in_flight = False
+        if self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
         if self._closed:
             return
         self._respond(*outcome)

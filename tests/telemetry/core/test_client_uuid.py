@@ -116,3 +116,11 @@ def test_random_never_returns_reserved_even_when_forced() -> None:
     uuid = Uuid.random(lambda n: b"\x00" * n)
     assert uuid not in RESERVED
     assert uuid.to_bytes()[6] == 0x40
+
+
+@pytest.mark.parametrize(
+    ("msb", "lsb"), [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2**64 - 1, 0), (0, 2**64 - 1)]
+)
+def test_is_reserved_by_the_halves_is_membership_of_reserved(msb: int, lsb: int) -> None:
+    uuid = Uuid(msb, lsb)
+    assert uuid.is_reserved == (uuid in RESERVED)
