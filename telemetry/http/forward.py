@@ -28,6 +28,13 @@ waits that long before its next request). A request arriving while that
 throttle runs is answered 429 with ``Retry-After`` and nothing of it is
 logged or recorded, as the HTTP ingestion routes do for Kafka's muted
 channel.
+
+Memory (design invariant 9): the body, then each payload decoded from it,
+draw from the shared ``queued_max_request_bytes`` pool as the other HTTP
+routes' bodies do (:mod:`telemetry.http.memory`); a request that cannot get
+its share in ``[http] memory_wait_ms`` is answered 503 with ``Retry-After``
+and nothing of it is logged. What it holds is given back when it is
+answered, cancelled or failed.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Executor
 
+    from telemetry.http.memory import HeldMemory, HttpRequestMemory
     from telemetry.http.settings import ForwardSettings
     from telemetry.http.throttle import HttpQuotas
     from telemetry.ingress import PushLog
@@ -94,6 +102,7 @@ class ForwardHandler:
         authorizer: ForwardAuthorizer,
         decompressor: Executor | None = None,
         stats: ForwardStats | None = None,
+        memory: HttpRequestMemory | None = None,
     ) -> None:
         self._log = log
         self._settings = settings
@@ -104,6 +113,8 @@ class ForwardHandler:
         #: Where payloads are decompressed and checked (``None``: the loop's default executor).
         self._decompressor = decompressor
         self.stats = stats if stats is not None else ForwardStats()
+        #: The shared request-memory pool (design invariant 9); ``None``: unbounded.
+        self._memory = memory
 
     async def handle(self, request: web.Request) -> web.Response:
         refusal = self._authenticate(request)
@@ -113,6 +124,23 @@ class ForwardHandler:
         body = await self._read_body(request)
         if isinstance(body, web.Response):
             return body
+        memory = self._memory
+        held = await memory.acquire(len(body)) if memory is not None else None
+        if memory is not None and held is None:
+            return _memory_refusal(memory.wait_s)
+        try:
+            return await self._handle_held(body, held, started_ns)
+        except _MemoryRefusedError:
+            assert memory is not None
+            return _memory_refusal(memory.wait_s)
+        finally:
+            if held is not None:
+                held.release()
+
+    async def _handle_held(
+        self, body: bytes, held: HeldMemory | None, started_ns: int
+    ) -> web.Response:
+        """The request once its body holds request memory (released by the caller)."""
         try:
             forward = decode_forward_request(body)
         except ForwardFormatError as error:
@@ -129,7 +157,7 @@ class ForwardHandler:
         # Handling time: reading and decoding; waiting for the fsync is not work.
         handled_ns = time.perf_counter_ns() - started_ns
         try:
-            codes, throttle_ms = await self._log_pushes(forward)
+            codes, throttle_ms = await self._log_pushes(forward, held)
         except _StoppingError:
             # Nothing of it was logged: the plugin retries it (503 with Retry-After).
             return web.json_response(
@@ -169,14 +197,20 @@ class ForwardHandler:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _log_pushes(self, forward: ForwardRequest) -> tuple[list[int], int]:
-        """Append every push, then wait until each is durable or failed."""
+    async def _log_pushes(
+        self, forward: ForwardRequest, held: HeldMemory | None
+    ) -> tuple[list[int], int]:
+        """Append every push, then wait until each is durable or failed.
+
+        Nothing is appended before every payload is decoded, so a request
+        refused memory half way logged nothing (the plugin retries it whole).
+        """
         codes: list[int] = []
         pending: list[tuple[int, asyncio.Future[None]]] = []
         throttle_ms = 0
         # Counted into a batch of its own off the loop, merged here on the loop's thread.
         batch = ForwardStats()
-        payloads = await self._in_decompressor(forward, batch)
+        payloads = await self._decoded_payloads(forward, batch, held)
         self.stats.decompressed.update(batch.decompressed)
         for index, (push, payload) in enumerate(zip(forward.pushes, payloads, strict=True)):
             if isinstance(payload, ErrorCode):
@@ -204,19 +238,54 @@ class ForwardHandler:
         self.stats.answers.update(ErrorCode(code) for code in codes)
         return codes, throttle_ms
 
-    async def _in_decompressor(
-        self, forward: ForwardRequest, stats: ForwardStats
+    async def _decoded_payloads(
+        self, forward: ForwardRequest, stats: ForwardStats, held: HeldMemory | None
     ) -> list[bytes | ErrorCode]:
-        """``_otlp_payloads`` on a worker thread.
+        """Each push's payload to log, or the code refusing it.
+
+        A payload may expand (a 3.7 broker forwards it compressed) up to
+        ``max_decompressed_bytes``: like a compressed OTLP/HTTP body, each
+        holds that much request memory before it queues for the decompression
+        thread, and the hold shrinks to the bytes it produced after.
+
+        Raises:
+            _MemoryRefusedError: the pool stayed full for ``memory_wait_ms``.
+            _StoppingError: the server shut its decompression threads down.
+        """
+        memory = self._memory
+        payloads: list[bytes | ErrorCode] = []
+        for push in forward.pushes:
+            if len(push.payload) > self._max_payload_bytes:
+                payloads.append(ErrorCode.TELEMETRY_TOO_LARGE)
+                continue
+            reserved = self._max_payload_bytes if held is not None else 0
+            if memory is not None and held is not None and not await memory.grow(held, reserved):
+                raise _MemoryRefusedError
+            try:
+                payload = await self._in_decompressor(push, forward.broker_id, stats)
+            except BaseException:
+                if held is not None:
+                    held.add(-reserved)
+                raise
+            if held is not None:
+                produced = len(payload) if isinstance(payload, bytes) else 0
+                held.add((produced if payload is not push.payload else 0) - reserved)
+            payloads.append(payload)
+        return payloads
+
+    async def _in_decompressor(
+        self, push: ForwardedPush, broker_id: int | None, stats: ForwardStats
+    ) -> bytes | ErrorCode:
+        """``_otlp_payload`` on a worker thread.
 
         Raises:
             _StoppingError: the server shut its decompression threads down.
         """
         if self._decompressor is None:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, self._otlp_payloads, forward, stats)
+            return await loop.run_in_executor(None, self._otlp_payload, push, broker_id, stats)
         try:
-            work = self._decompressor.submit(self._otlp_payloads, forward, stats)
+            work = self._decompressor.submit(self._otlp_payload, push, broker_id, stats)
         except RuntimeError as error:  # "cannot schedule new futures after shutdown"
             raise _StoppingError from error
         try:
@@ -226,33 +295,38 @@ class ForwardHandler:
                 raise _StoppingError from None  # queued when the pool shut down
             raise
 
-    def _otlp_payloads(
-        self, forward: ForwardRequest, stats: ForwardStats
-    ) -> list[bytes | ErrorCode]:
-        """Each push's payload to log, or the code refusing it (on a worker thread)."""
-        payloads: list[bytes | ErrorCode] = []
-        for push in forward.pushes:
-            if len(push.payload) > self._max_payload_bytes:
-                payloads.append(ErrorCode.TELEMETRY_TOO_LARGE)
-                continue
-            try:
-                payloads.append(
-                    forwarded_otlp(
-                        push.payload,
-                        self._max_payload_bytes,
-                        forward.broker_id,
-                        push.listener,
-                        stats=stats,
-                        share_gil=True,
-                    )
-                )
-            except TelemetryError as error:
-                payloads.append(error.error_code)
-        return payloads
+    def _otlp_payload(
+        self, push: ForwardedPush, broker_id: int | None, stats: ForwardStats
+    ) -> bytes | ErrorCode:
+        """The push's payload to log, or the code refusing it (on a worker thread)."""
+        try:
+            return forwarded_otlp(
+                push.payload,
+                self._max_payload_bytes,
+                broker_id,
+                push.listener,
+                stats=stats,
+                share_gil=True,
+            )
+        except TelemetryError as error:
+            return error.error_code
 
 
 class _StoppingError(Exception):
     """The server is stopping: a request it cannot finish is answered 503, not dropped."""
+
+
+class _MemoryRefusedError(Exception):
+    """The request-memory pool stayed full: the request is answered 503, nothing logged."""
+
+
+def _memory_refusal(wait_s: float) -> web.Response:
+    """503 with ``Retry-After``, as the other HTTP routes answer a full pool (invariant 9)."""
+    return web.json_response(
+        {"error": "the server's request memory (limits.queued_max_request_bytes) is full"},
+        status=503,
+        headers={"Retry-After": str(retry_after_s(max(1000, int(wait_s * 1000))))},
+    )
 
 
 def _current_task_cancelling() -> bool:

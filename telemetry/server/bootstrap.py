@@ -325,6 +325,7 @@ class Server:
             http_quotas,
             authorizer=self.authorizer,
             decompressor=self.listener.decompressor,
+            memory=ingest.memory,
         )
         registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)

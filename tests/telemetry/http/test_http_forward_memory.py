@@ -1,0 +1,108 @@
+"""The forward route draws from the shared request-memory pool (design invariant 9)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import aiohttp
+import pytest
+
+from telemetry.http.forward import FORWARD_PATH
+from telemetry.http.forward_codec import CONTENT_TYPE
+from telemetry.server.bootstrap import Server
+from telemetry.server.config import load_settings
+from tests.telemetry.http.test_http_forward import TOKEN, encode_push, encode_request, post
+from tests.telemetry.kafka_wire_client import otlp_payload, zstd_stream
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from telemetry.enforcement import RequestMemoryPool
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    config = tmp_path / "kip714.toml"
+    config.write_text(
+        f'[forward]\ntoken = "{TOKEN}"\n[http]\nmemory_wait_ms = 100\n'
+        "[telemetry]\nmax_bytes = 1024\nmax_decompressed_bytes = 4096\n"
+    )
+    settings = load_settings(
+        config, data_dir=tmp_path / "data", kafka_listen="127.0.0.1:0", http_listen="127.0.0.1:0"
+    )
+    running = Server(settings)
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def pool_of(server: Server) -> RequestMemoryPool:
+    assert server.enforcement is not None
+    return server.enforcement.request_memory
+
+
+async def test_a_full_pool_answers_503_with_retry_after_and_logs_nothing(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = pool_of(server)
+    assert server.log is not None and pool.held == 0
+    body = encode_request(1, [encode_push(zstd_stream(otlp_payload("m")))])
+    other = pool.bound  # another request holds the whole pool
+    pool.change(other)
+    with caplog.at_level(logging.INFO):
+        status, answer = await post(server, body)
+    assert status == 503
+    assert "queued_max_request_bytes" in answer["error"]
+    assert not [r for r in caplog.records if r.name.startswith("telemetry")]
+    assert server.log.log_end == 0
+    assert pool.held == other  # the refused request holds nothing
+
+    pool.change(-other)
+    assert (await post(server, body)) == (200, {"error_codes": [0], "throttle_time_ms": 0})
+    assert pool.held == 0
+
+
+async def test_retry_after_is_sent_with_the_refusal(server: Server) -> None:
+    pool = pool_of(server)
+    pool.change(pool.bound)
+    assert server.http_address is not None
+    host, port = server.http_address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://{host}:{port}{FORWARD_PATH}",
+            data=encode_request(1, [encode_push(otlp_payload("m"))]),
+            headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
+        ) as answer,
+    ):
+        assert answer.status == 503
+        assert answer.headers["Retry-After"] == "1"
+    pool.change(-pool.bound)
+    assert pool.held == 0
+
+
+async def test_decompressed_payloads_draw_from_the_pool_before_anything_is_logged(
+    server: Server,
+) -> None:
+    """What a 3.7 broker forwards expands: each payload's decoded bytes are held, one at a time."""
+    pool = pool_of(server)
+    assert server.log is not None
+    body = encode_request(2, [encode_push(zstd_stream(otlp_payload(f"m{i}"))) for i in range(2)])
+    # Another request holds all but the body: the first payload's decoded bytes
+    # fill the pool, so the second waits memory_wait_ms in vain.
+    other = pool.bound - len(body) - 1
+    pool.change(other)
+    status, answer = await post(server, body)
+    assert status == 503, answer
+    assert server.log.log_end == 0  # nothing of a refused request is logged
+    assert pool.held == other
+
+    pool.change(-other)
+    status, answer = await post(server, body)
+    assert (status, answer) == (200, {"error_codes": [0, 0], "throttle_time_ms": 0})
+    assert server.log.log_end == 2
+    assert pool.held == 0
