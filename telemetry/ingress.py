@@ -39,7 +39,7 @@ from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from telemetry.core.client_instance import RequestContext
+    from telemetry.core.client_instance import ClientInstanceMetadata, RequestContext
     from telemetry.core.client_uuid import Uuid
     from telemetry.core.manager import TelemetryManager
 
@@ -51,6 +51,7 @@ __all__ = [
     "Ingress",
     "PushFields",
     "PushLog",
+    "PushOrigin",
     "RequestQuota",
     "complete_failed_append",
     "decompression_outcome",
@@ -140,31 +141,57 @@ def decompression_outcome(future: asyncio.Future[bytes | TelemetryError]) -> byt
     return future.result()
 
 
-def push_context(accepted: AcceptedPush, *, inherit: bool = False) -> PushContext:
-    """The push's context as the log keeps it.
+class PushOrigin(Protocol):
+    """Who sent a push and through what: a Kafka connection's request context, a forwarded push."""
+
+    @property
+    def client_id(self) -> str | None: ...
+    @property
+    def client_software_name(self) -> str | None: ...
+    @property
+    def client_software_version(self) -> str | None: ...
+    @property
+    def client_source_address(self) -> str | None: ...
+    @property
+    def client_source_port(self) -> int | None: ...
+    @property
+    def principal(self) -> str | None: ...
+
+
+def push_context(
+    *,
+    client_instance_id: Uuid | str,
+    subscription_id: int,
+    received_ms: int,
+    push_interval_ms: int | None,
+    terminating: bool,
+    origin: PushOrigin,
+    first: ClientInstanceMetadata | None = None,
+    content_type: str | None = None,
+) -> PushContext:
+    """The push's context as the log keeps it, whichever door took the push.
 
     A Kafka connection carries its client id and software on every request;
     an HTTP client may send them once, with its GetTelemetrySubscriptions:
-    with ``inherit``, what the push does not say comes from the instance's
-    first request.
+    given the instance's ``first`` request, what the push does not say comes
+    from there. Unknown (``None``) interval is 0; content type defaults to OTLP.
     """
-    context = accepted.context
-    first = accepted.metadata if inherit else None
     return PushContext(
-        client_instance_id=str(accepted.client_instance_id),
-        subscription_id=accepted.subscription_id,
-        received_time_ms=accepted.received_ms,
-        push_interval_ms=accepted.push_interval_ms,
-        terminating=accepted.terminating,
+        client_instance_id=str(client_instance_id),
+        subscription_id=subscription_id,
+        received_time_ms=received_ms,
+        push_interval_ms=push_interval_ms or 0,
+        terminating=terminating,
+        content_type=content_type or "OTLP",
         # Kafka reads a null client id as ""; the log keeps "absent" as None.
-        client_id=context.client_id or (first.client_id if first else None) or None,
-        client_software_name=context.client_software_name
+        client_id=origin.client_id or (first.client_id if first else None) or None,
+        client_software_name=origin.client_software_name
         or (first.client_software_name if first else None),
-        client_software_version=context.client_software_version
+        client_software_version=origin.client_software_version
         or (first.client_software_version if first else None),
-        client_source_address=context.client_source_address or None,
-        client_source_port=context.client_source_port,
-        principal=context.principal,
+        client_source_address=origin.client_source_address or None,
+        client_source_port=origin.client_source_port,
+        principal=origin.principal,
     )
 
 
@@ -292,9 +319,16 @@ class Ingress:
         if not accepted.data:
             return manager.complete_push(accepted)  # null or empty metrics: nothing to log
         try:
-            _, durable = self.log.append_nowait(
-                push_context(accepted, inherit=self._inherit), accepted.data
+            context = push_context(
+                client_instance_id=accepted.client_instance_id,
+                subscription_id=accepted.subscription_id,
+                received_ms=accepted.received_ms,
+                push_interval_ms=accepted.push_interval_ms,
+                terminating=accepted.terminating,
+                origin=accepted.context,
+                first=accepted.metadata if self._inherit else None,
             )
+            _, durable = self.log.append_nowait(context, accepted.data)
         except Exception as error:
             return complete_failed_append(manager, accepted, error)
         answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()

@@ -57,7 +57,7 @@ from telemetry.http.forward_codec import (
 from telemetry.http.forward_payload import ForwardStats, forwarded_otlp
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import PushContext
-from telemetry.ingress import refused_append, wall_clock_ms
+from telemetry.ingress import push_context, refused_append, wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -351,17 +351,12 @@ def _refused(error: BaseException) -> tuple[int, int]:
 
 def _context(push: ForwardedPush) -> PushContext:
     """The push's context as the log keeps it; the broker exposes no subscription id (0)."""
-    return PushContext(
+    return push_context(
         client_instance_id=push.client_instance_id,
         subscription_id=0,
-        received_time_ms=push.received_time_ms,
-        push_interval_ms=push.push_interval_ms or 0,
+        received_ms=push.received_time_ms,
+        push_interval_ms=push.push_interval_ms,
         terminating=push.terminating,
-        content_type=push.content_type or "OTLP",
-        client_id=push.client_id or None,
-        client_software_name=push.client_software_name,
-        client_software_version=push.client_software_version,
-        client_source_address=push.client_source_address,
-        client_source_port=push.client_source_port,
-        principal=push.principal,
+        origin=push,
+        content_type=push.content_type,
     )
