@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 import aiohttp
 import pytest
+from aiohttp import web
 
-from telemetry.http.forward import FORWARD_PATH
+from telemetry.http.forward import FORWARD_PATH, ForwardHandler
 from telemetry.http.forward_codec import CONTENT_TYPE
+from telemetry.http.memory import HttpRequestMemory
+from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.server.bootstrap import Server
 from telemetry.server.config import load_settings
 from tests.telemetry.http.test_http_forward import TOKEN, encode_push, encode_request, post
@@ -106,3 +110,59 @@ async def test_decompressed_payloads_draw_from_the_pool_before_anything_is_logge
     assert (status, answer) == (200, {"error_codes": [0, 0], "throttle_time_ms": 0})
     assert server.log.log_end == 2
     assert pool.held == 0
+
+
+async def test_a_request_cancelled_while_waiting_for_memory_gives_back_what_it_held(
+    server: Server,
+) -> None:
+    """A client gone mid-request (aiohttp cancels its handler): body and decoded bytes return."""
+    assert server.log is not None
+    pool = pool_of(server)
+    memory = HttpRequestMemory(pool, wait_ms=60_000)
+    handler = ForwardHandler(
+        server.log,
+        server.settings.forward,
+        server.settings.telemetry.max_decompressed_bytes,
+        authorizer=server.authorizer,
+        memory=memory,
+    )
+    app = web.Application()
+    app.router.add_post(FORWARD_PATH, handler.handle)
+    runner = web.AppRunner(app, **RUNNER_OPTIONS, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        host, port = runner.addresses[0][:2]
+        body = encode_request(
+            2, [encode_push(zstd_stream(otlp_payload(f"m{i}"))) for i in range(2)]
+        )
+        other = pool.bound - len(body) - 1
+        pool.change(other)
+        async with aiohttp.ClientSession() as session:
+            sending = asyncio.ensure_future(
+                session.post(
+                    f"http://{host}:{port}{FORWARD_PATH}",
+                    data=body,
+                    headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
+                )
+            )
+            # Bounded: the body and the first decoded payload held, the second waiting.
+            for _ in range(500):
+                if pool.held > other + len(body) and memory._waiters:
+                    break
+                await asyncio.sleep(0.01)
+            assert pool.held > other + len(body)
+            sending.cancel()  # the client goes away
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+        for _ in range(500):
+            if pool.held == other:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.held == other
+        assert server.log.log_end == 0
+        pool.change(-other)
+        assert pool.held == 0
+    finally:
+        await runner.cleanup()
