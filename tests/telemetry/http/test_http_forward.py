@@ -356,3 +356,23 @@ async def test_a_request_during_shutdown_is_answered_503_to_retry_not_dropped(
         assert answer.status == 503
         assert answer.headers["Retry-After"] == "1"
     assert server.log.log_end == 0
+
+
+async def test_forwarded_contexts_follow_the_same_rules_as_every_doors_pushes(
+    server: Server,
+) -> None:
+    """Built by ``ingress.push_context``: an empty client id or address is absent, as from Kafka."""
+    assert server.log is not None
+    data = otlp_payload("m")
+    plain = encode_push(data, client_id="", interval_ms=-1)
+    # The same push with an empty source address: its string is the 4th of 7.
+    empty_address = plain.replace(encode_string("127.0.0.1"), encode_string(""), 1)
+    status, answer = await post(server, encode_request(5, [plain, empty_address]))
+    assert (status, answer) == (200, {"error_codes": [0, 0], "throttle_time_ms": 0})
+    logged = server.log.read(0)
+    assert [p.client_id for p in logged] == [None, None]
+    assert [p.push_interval_ms for p in logged] == [0, 0]
+    assert [p.subscription_id for p in logged] == [0, 0]
+    assert [p.content_type for p in logged] == ["OTLP", "OTLP"]
+    assert [p.client_source_address for p in logged] == ["127.0.0.1", None]
+    assert [p.client_source_port for p in logged] == [40123, 40123]
