@@ -33,7 +33,7 @@ from tests.exporters.support import payload
 from tests.telemetry.kafka_wire_client import otlp_payload, xerial_snappy, zstd_stream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
     from pathlib import Path
 
 TOKEN = "broker-secret"
@@ -80,8 +80,8 @@ def encode_request(broker_id: int, pushes: list[bytes]) -> bytes:
     return struct.pack(">bii", 1, broker_id, len(pushes)) + b"".join(pushes)
 
 
-@pytest.fixture
-async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Server]:
+@pytest.fixture(name="server")
+async def forward_server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Server]:
     forward = getattr(request, "param", f'[forward]\ntoken = "{TOKEN}"\n')
     config = tmp_path / "kip714.toml"
     config.write_text(forward + "[telemetry]\nmax_bytes = 1024\nmax_decompressed_bytes = 4096\n")
@@ -105,6 +105,14 @@ def landed_rows(data_dir: Path) -> list[dict[str, Any]]:
 
 
 async def post(server: Server, body: bytes, token: str | None = TOKEN) -> tuple[int, Any]:
+    status, _, answer = await post_answer(server, body, token)
+    return status, answer
+
+
+async def post_answer(
+    server: Server, body: bytes, token: str | None = TOKEN
+) -> tuple[int, Mapping[str, str], Any]:
+    """Status, headers and JSON body of a forward request."""
     assert server.http_address is not None
     host, port = server.http_address
     headers = {"Content-Type": CONTENT_TYPE}
@@ -114,7 +122,7 @@ async def post(server: Server, body: bytes, token: str | None = TOKEN) -> tuple[
         aiohttp.ClientSession() as session,
         session.post(f"http://{host}:{port}{FORWARD_PATH}", data=body, headers=headers) as answer,
     ):
-        return answer.status, await answer.json()
+        return answer.status, answer.headers, await answer.json()
 
 
 async def test_forwarded_pushes_land_with_the_clients_and_the_brokers_context(

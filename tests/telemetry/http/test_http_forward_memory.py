@@ -15,33 +15,27 @@ from telemetry.http.forward_codec import CONTENT_TYPE
 from telemetry.http.memory import HttpRequestMemory
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.server.bootstrap import Server
-from telemetry.server.config import load_settings
-from tests.telemetry.http.test_http_forward import TOKEN, encode_push, encode_request, post
+from tests.telemetry.http.test_http_forward import (
+    TOKEN,
+    encode_push,
+    encode_request,
+    forward_server,  # noqa: F401  # the fixture "server", parametrized below
+    post,
+    post_answer,
+)
 from tests.telemetry.kafka_wire_client import otlp_payload, zstd_stream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
-
     from telemetry.enforcement import RequestMemoryPool
 
 
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    config = tmp_path / "kip714.toml"
-    config.write_text(
-        f'[forward]\ntoken = "{TOKEN}"\n[http]\nmemory_wait_ms = 100\n'
-        "[telemetry]\nmax_bytes = 1024\nmax_decompressed_bytes = 4096\n"
-    )
-    settings = load_settings(
-        config, data_dir=tmp_path / "data", kafka_listen="127.0.0.1:0", http_listen="127.0.0.1:0"
-    )
-    running = Server(settings)
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
+#: The route's settings, served by test_http_forward's ``server`` fixture: a short memory wait.
+pytestmark = pytest.mark.parametrize(
+    "server",
+    [f'[forward]\ntoken = "{TOKEN}"\n[http]\nmemory_wait_ms = 100\n'],
+    indirect=True,
+    ids=["memory_wait_ms=100"],
+)
 
 
 def pool_of(server: Server) -> RequestMemoryPool:
@@ -58,8 +52,9 @@ async def test_a_full_pool_answers_503_with_retry_after_and_logs_nothing(
     other = pool.bound  # another request holds the whole pool
     pool.change(other)
     with caplog.at_level(logging.INFO):
-        status, answer = await post(server, body)
+        status, headers, answer = await post_answer(server, body)
     assert status == 503
+    assert headers["Retry-After"] == "1"  # memory_wait_ms 100, rounded up to a second
     assert "queued_max_request_bytes" in answer["error"]
     assert not [r for r in caplog.records if r.name.startswith("telemetry")]
     assert server.log.log_end == 0
@@ -67,25 +62,6 @@ async def test_a_full_pool_answers_503_with_retry_after_and_logs_nothing(
 
     pool.change(-other)
     assert (await post(server, body)) == (200, {"error_codes": [0], "throttle_time_ms": 0})
-    assert pool.held == 0
-
-
-async def test_retry_after_is_sent_with_the_refusal(server: Server) -> None:
-    pool = pool_of(server)
-    pool.change(pool.bound)
-    assert server.http_address is not None
-    host, port = server.http_address
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"http://{host}:{port}{FORWARD_PATH}",
-            data=encode_request(1, [encode_push(otlp_payload("m"))]),
-            headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
-        ) as answer,
-    ):
-        assert answer.status == 503
-        assert answer.headers["Retry-After"] == "1"
-    pool.change(-pool.bound)
     assert pool.held == 0
 
 
