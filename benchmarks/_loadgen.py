@@ -992,7 +992,7 @@ def bare_server_main(host: str, ready: multiprocessing.Queue[int]) -> None:
     is installed), so the ceiling and the server share loop and transport.
     """
     # Only the ceiling's process needs the server's command module.
-    from telemetry.cli import run_event_loop  # noqa: PLC0415
+    from telemetry.cli.main import run_event_loop  # noqa: PLC0415
 
     run_event_loop(_bare_server(host, ready))
 

@@ -48,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
@@ -64,11 +64,14 @@ from _loadgen import (
     scrape_metrics,
     start_bare_server,
 )
+from _stages import KAFKA_STAGES, breakdown, thread_cpu
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 HOST: Final = "127.0.0.1"
+#: The committed per-push CPU of the closed loop, as a ratio to the bare responder's.
+BUDGET: Final = Path(__file__).resolve().parent / "budget.json"
 INTERVAL_MS: Final = 100
 MIB: Final = 1024 * 1024
 TARGET_RATE: Final = 8_000
@@ -81,7 +84,15 @@ _SERVING: Final = re.compile(r"kip714 serving: kafka=(\S+):(\d+) .*?http=(\S+):(
 # -- the server under test ----------------------------------------------------------------------
 
 
-def server_config(cache_size: int, exporters: str) -> str:
+#: Every client under a quota it never reaches: each request is recorded and checked
+#: against all three quota kinds (enforcement on), and none is throttled.
+QUOTAS_EVERY_CLIENT: Final = (
+    '\n[[quotas.clients]]\nclient_id = "<default>"\npush_byte_rate = 1e12\n'
+    "request_percentage = 1e9\ncontroller_mutation_rate = 1e9\n"
+)
+
+
+def server_config(cache_size: int, exporters: str, quotas: bool = False) -> str:
     """A subscription at Kafka's minimum interval, so the push gate never limits the load."""
     lines = [
         "[subscriptions.bench]",
@@ -97,7 +108,7 @@ def server_config(cache_size: int, exporters: str) -> str:
     ]
     if exporters == "none":
         lines.append("[exporters]  # none: the acknowledgement path only")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + (QUOTAS_EVERY_CLIENT if quotas else "")
 
 
 @dataclass(slots=True)
@@ -138,13 +149,27 @@ class RssSampler:
 class Kip714Server:
     """``kip714 serve`` as a subprocess: started, scraped, and always stopped."""
 
-    def __init__(self, workdir: Path, cache_size: int, exporters: str) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        cache_size: int,
+        exporters: str,
+        *,
+        quotas: bool = False,
+        profile_to: Path | None = None,
+    ) -> None:
         config = workdir / "kip714.toml"
-        config.write_text(server_config(cache_size, exporters))
+        config.write_text(server_config(cache_size, exporters, quotas))
+        #: With ``profile_to``, the server runs under ``_cpu_profile.py``: see :meth:`profile`.
+        self.profile_to = profile_to
+        launcher = (
+            ["-m", "telemetry"]
+            if profile_to is None
+            else [str(Path(__file__).resolve().parent / "_cpu_profile.py"), str(profile_to)]
+        )
         self.command = [
             sys.executable,
-            "-m",
-            "telemetry",
+            *launcher,
             "serve",
             "--kafka-listen",
             f"{HOST}:0",
@@ -210,6 +235,26 @@ class Kip714Server:
         times = psutil.Process(self.proc.pid).cpu_times()
         return float(times.user + times.system)
 
+    def thread_cpu_seconds(self) -> tuple[float, float]:
+        """CPU seconds of the event loop thread and of the server's other threads."""
+        assert self.proc is not None
+        return thread_cpu(self.proc.pid)
+
+    def profile(self) -> None:
+        """Start the thread-CPU profile, or (the second time) stop it and write ``profile_to``."""
+        assert self.proc is not None
+        assert self.profile_to is not None
+        self.proc.send_signal(signal.SIGUSR2)
+
+    def wait_profile(self, timeout_s: float = 60.0) -> Path:
+        assert self.profile_to is not None
+        deadline = time.monotonic() + timeout_s
+        while not self.profile_to.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not self.profile_to.exists():
+            raise RuntimeError(f"the server wrote no profile in {timeout_s:.0f} s")
+        return self.profile_to
+
     def stop(self) -> int | None:
         if self.sampler is not None:
             self.sampler.stop()
@@ -240,6 +285,8 @@ class Window:
     before: dict[str, float] = field(default_factory=dict)
     after: dict[str, float] = field(default_factory=dict)
     cpu: list[float] = field(default_factory=list)  # server, machine, this process; at each edge
+    #: The server's (event loop thread, other threads) CPU seconds at each edge.
+    threads: list[tuple[float, float]] = field(default_factory=list)
     started: float = 0.0
     ended: float = 0.0
 
@@ -250,6 +297,8 @@ class Window:
             _busy_cores_seconds(),
             float(sum(own.cpu_times()[:2])),
         ]
+        if self.server is not None:
+            self.threads.append(self.server.thread_cpu_seconds())
 
     def open(self) -> None:
         self.started = time.monotonic()
@@ -273,6 +322,12 @@ class Window:
     @property
     def server_cores(self) -> float:
         return (self.cpu[3] - self.cpu[0]) / self.seconds
+
+    def per_request_us(self, requests: int) -> tuple[float, float]:
+        """Server CPU per request: (event loop thread, other threads), µs."""
+        (loop0, other0), (loop1, other1) = self.threads
+        n = max(requests, 1)
+        return (loop1 - loop0) / n * 1e6, (other1 - other0) / n * 1e6
 
     def other_cores(self, generator_cores: float) -> float:
         """Cores busy with anything but the server, the generator and this coordinator."""
@@ -299,7 +354,13 @@ def _py_spy(pid: int, seconds: float) -> list[str]:
 
 
 def run_window(
-    spec: LoadSpec, processes: int, server: Kip714Server, profile: str | None = None
+    spec: LoadSpec,
+    processes: int,
+    server: Kip714Server,
+    profile: str | None = None,
+    *,
+    at_start: Callable[[], None] | None = None,
+    at_end: Callable[[], None] | None = None,
 ) -> tuple[PhaseResult, Window]:
     """One measured phase; with ``profile``, py-spy samples the server during the window."""
     assert server.proc is not None
@@ -307,8 +368,15 @@ def run_window(
     window = Window(psutil.Process(pid), server)
     spy: list[subprocess.Popen[bytes]] = []
 
+    def closed() -> None:
+        if at_end is not None:
+            at_end()
+        window.close()
+
     def opened() -> None:
         window.open()
+        if at_start is not None:
+            at_start()
         if profile:
             spy.append(
                 subprocess.Popen(
@@ -320,7 +388,7 @@ def run_window(
             )
 
     try:
-        result = run_load(spec, processes, at_window_start=opened, at_window_end=window.close)
+        result = run_load(spec, processes, at_window_start=opened, at_window_end=closed)
     finally:
         for proc in spy:
             try:
@@ -381,6 +449,19 @@ class Figures:
     rss_cached: int = 0
     rss_peak: int = 0
     cached: int = 0
+    #: CPU per push, µs: the bare responder's; kip714's event loop thread and other threads.
+    ceiling_cpu_us: float = 0.0
+    loop_us: float = 0.0
+    threads_us: float = 0.0
+
+    @property
+    def cpu_us(self) -> float:
+        return self.loop_us + self.threads_us
+
+    @property
+    def cpu_ratio(self) -> float:
+        """kip714's server CPU per push as a multiple of the bare responder's."""
+        return self.cpu_us / self.ceiling_cpu_us if self.ceiling_cpu_us else float("nan")
 
 
 def _closed_spec(args: argparse.Namespace, port: int) -> LoadSpec:
@@ -419,6 +500,7 @@ def phase_ceiling(args: argparse.Namespace, figures: Figures) -> None:
     # When the responder is far from a full core, the generator or other load
     # set this rate; its CPU per push says what the bare transport costs.
     per_push_us = window.server_cores / max(result.rate, 1e-9) * 1e6
+    figures.ceiling_cpu_us = per_push_us
     print(
         f"{'bare protocol ceiling':<30}: {result.rate:,.0f} pushes/s p50 {_ms(p50)} p99 {_ms(p99)},"
         f" {per_push_us:.0f} µs responder CPU per push"
@@ -431,7 +513,7 @@ def phase_closed(args: argparse.Namespace, server: Kip714Server, figures: Figure
     assert server.sampler is not None
     server.sampler.phase = "closed"
     result, window = run_window(
-        _closed_spec(args, server.kafka_port), args.processes, server, args.profile
+        _closed_spec(args, server.kafka_port), args.processes, server, args.py_spy
     )
     figures.closed_rate = result.rate
     p50, p99 = _latency(result)
@@ -441,6 +523,7 @@ def phase_closed(args: argparse.Namespace, server: Kip714Server, figures: Figure
     fsync_s = window.delta("kip714_log_fsync_seconds_sum")
     fsync_n = window.delta("kip714_log_fsync_seconds_count")
     fsync_avg = fsync_s / fsync_n if fsync_n else float("nan")
+    figures.loop_us, figures.threads_us = window.per_request_us(result.acked + result.refused)
     print(
         f"{'kip714 closed loop':<30}: {result.rate:,.0f} acknowledged pushes/s"
         f" ({share:.0%} of ceiling) p50 {_ms(p50)} p99 {_ms(p99)},"
@@ -449,6 +532,44 @@ def phase_closed(args: argparse.Namespace, server: Kip714Server, figures: Figure
         f" ({window.cpu_note(result)}){_checks(result)}",
         flush=True,
     )
+    print(
+        f"{'server CPU per push':<30}: {figures.cpu_us:.1f} µs (event loop {figures.loop_us:.1f}"
+        f" + other threads {figures.threads_us:.1f}) = {figures.cpu_ratio:.2f}x the bare"
+        f" responder's {figures.ceiling_cpu_us:.1f} µs; load average {_load_average()}",
+        flush=True,
+    )
+
+
+def _load_average() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def phase_profile(args: argparse.Namespace, server: Kip714Server, figures: Figures) -> None:
+    """A second closed loop with the thread-CPU profiler on; stages scaled to the first."""
+    assert server.sampler is not None
+    server.sampler.phase = "profile"
+    result, _ = run_window(
+        _closed_spec(args, server.kafka_port),
+        args.processes,
+        server,
+        at_start=server.profile,
+        at_end=server.profile,
+    )
+    stages = breakdown(
+        server.wait_profile(),
+        KAFKA_STAGES,
+        requests=result.acked + result.refused,
+        loop_us=figures.loop_us,
+        threads_us=figures.threads_us,
+        transport_us=figures.ceiling_cpu_us,
+    )
+    title = (
+        f"Kafka PushTelemetry, quotas {'on' if args.quotas else 'off'},"
+        f" load average {_load_average()}"
+    )
+    path = stages.write(Path(args.profile), "kafka_push_stages", title)
+    print(stages.table(title), flush=True)
+    print(f"stage profile written to {path} (and .json); pstats: {server.profile_to}", flush=True)
 
 
 def phase_open(args: argparse.Namespace, server: Kip714Server, figures: Figures) -> None:
@@ -551,7 +672,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="none: no exporter (the acknowledgement path only); default: the built-in jsonl",
     )
     parser.add_argument(
+        "--quotas",
+        action="store_true",
+        help="every client under a quota it never reaches (enforcement on, nothing throttled)",
+    )
+    parser.add_argument(
         "--profile",
+        metavar="DIR",
+        help="after the closed loop, a second one under a thread-CPU profile of the server:"
+        " the per-stage breakdown of a push to DIR (kafka_push_stages.txt/.json, server.pstats);"
+        " skips the open-loop and instances phases",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"ceiling and closed loop only (quotas as recorded), compared with {BUDGET.name}:"
+        " by how much the per-push CPU ratio to the bare responder moved",
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"as --check, then write this run's ratio to {BUDGET.name}",
+    )
+    parser.add_argument(
+        "--py-spy",
         metavar="FILE",
         help="py-spy the server during the closed loop, collapsed stacks to FILE (needs py-spy)",
     )
@@ -582,24 +726,68 @@ def _verdict(ok: bool) -> str:
     return "ok" if ok else "MISS"
 
 
+def check_budget(args: argparse.Namespace, figures: Figures, budget: dict[str, Any]) -> int:
+    """Say by how much the per-push CPU ratio moved from the budget; 1 past its tolerance."""
+    recorded = float(budget["cpu_ratio"])
+    moved = figures.cpu_ratio / recorded - 1
+    tolerance = float(budget.get("tolerance", 0.15))
+    verdict = "within" if moved <= tolerance else "OVER"
+    print(
+        f"budget: per-push CPU {figures.cpu_ratio:.2f}x the bare responder against"
+        f" {recorded:.2f}x committed ({budget['server_cpu_us']:.1f} µs /"
+        f" {budget['bare_cpu_us']:.1f} µs at load {budget['load_average']}): {moved:+.1%},"
+        f" {verdict} the +{tolerance:.0%}"
+        f" tolerance; this run {figures.cpu_us:.1f} µs / {figures.ceiling_cpu_us:.1f} µs",
+        flush=True,
+    )
+    if args.record:
+        entry = {
+            **budget,
+            "cpu_ratio": round(figures.cpu_ratio, 2),
+            "server_cpu_us": round(figures.cpu_us, 1),
+            "bare_cpu_us": round(figures.ceiling_cpu_us, 1),
+            "load_average": _load_average(),
+        }
+        BUDGET.write_text(json.dumps({"kafka_push": entry}, indent=2) + "\n")
+        print(f"recorded in {BUDGET}", flush=True)
+        return 0
+    return 0 if moved <= tolerance else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    budget: dict[str, Any] = {}
+    if args.check or args.record:
+        budget = json.loads(BUDGET.read_text())["kafka_push"]
+        args.quotas = bool(budget["quotas"])
     payload = build_payloads(8)
     print(
         f"machine: {os.cpu_count()} cores, shared by the server and {args.processes} load processes"
         f" x {args.connections} connections; payload {METRICS_PER_PUSH} metrics,"
         f" {sum(map(len, payload)) // len(payload):,} B zstd; push interval {INTERVAL_MS} ms;"
         f" {args.warmup:g} s warm-up + {args.duration:g} s per phase;"
-        f" exporters: {args.exporters}",
+        f" exporters: {args.exporters}; quotas: {'every client' if args.quotas else 'none'};"
+        f" load average {_load_average()}",
         flush=True,
     )
     figures = Figures()
     phase_ceiling(args, figures)
     with workdir() as path:
-        server = Kip714Server(path, args.cached_instances, args.exporters)
+        profile_to = Path(args.profile).resolve() / "server.pstats" if args.profile else None
+        if profile_to is not None:
+            profile_to.parent.mkdir(parents=True, exist_ok=True)
+            profile_to.unlink(missing_ok=True)
+        server = Kip714Server(
+            path, args.cached_instances, args.exporters, quotas=args.quotas, profile_to=profile_to
+        )
         try:
             server.start()
             phase_closed(args, server, figures)
+            if budget:
+                return check_budget(args, figures, budget)
+            if args.profile:
+                phase_profile(args, server, figures)
+                return 0
             phase_open(args, server, figures)
             phase_instances(args, server, figures)
             assert server.sampler is not None
@@ -632,6 +820,9 @@ def main(argv: list[str] | None = None) -> int:
         "open_p99_ms": round(figures.open_p99 * 1000, 2),
         "rss_peak_mib": round(figures.rss_peak / MIB, 1),
         "cached": figures.cached,
+        "cpu_us": round(figures.cpu_us, 1),
+        "cpu_ratio": round(figures.cpu_ratio, 2),
+        "load_average": _load_average(),
     }
     print("json:", json.dumps(summary), flush=True)
     return 0

@@ -44,7 +44,7 @@ from telemetry.wire.admin_apis import AdminApiKey, encode_admin_request
 from telemetry.wire.config_messages import DescribeConfigsRequest, DescribeConfigsResource
 from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import SaslAuthenticateRequest, SaslHandshakeRequest
-from tests.telemetry.test_http_memory import json_bomb
+from tests.telemetry.http.test_http_memory import json_bomb
 
 HOST: Final = "127.0.0.1"
 TOKEN: Final = "bench-token"

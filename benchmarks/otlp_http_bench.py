@@ -51,6 +51,7 @@ from opentelemetry.sdk.resources import Resource
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _loadgen import build_metrics_data, percentile
+from _stages import OTLP_STAGES, breakdown
 from ack_bench import Kip714Server
 
 if TYPE_CHECKING:
@@ -234,6 +235,96 @@ def _children_cpu_seconds(server: Kip714Server) -> float:
     return total
 
 
+def _process_cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def profile_stages(
+    args: argparse.Namespace,
+    server: Kip714Server,
+    url: str,
+    body: bytes,
+    kind: str,
+    per_request_us: tuple[float, float],
+) -> None:
+    """A profiled closed loop: the request's stages, scaled to the unprofiled CPU per request."""
+    server.profile()
+    try:
+        profiled = run_load(url, body, args.concurrency, 0.0, args.warmup, args.duration)
+    finally:
+        server.profile()
+    stages = breakdown(
+        server.wait_profile(),
+        OTLP_STAGES,
+        requests=profiled.ok + profiled.failed,
+        loop_us=per_request_us[0],
+        threads_us=per_request_us[1],
+        transport_us=0.0,
+    )
+    assert server.profile_to is not None
+    server.profile_to.rename(server.profile_to.with_name(f"server-{kind}.pstats"))
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    title = f"OTLP/HTTP {kind}-sized, load average {load}"
+    path = stages.write(Path(args.profile), f"otlp_http_{kind}_stages", title)
+    print("\n".join("  " + line for line in stages.table(title).splitlines()))
+    print(f"  stage profile written to {path} (and .json)")
+
+
+def measure(
+    args: argparse.Namespace,
+    server: Kip714Server,
+    noop: tuple[int, int],
+    kind: str,
+    body: bytes,
+) -> bool:
+    """One request size: the no-op, kip714 closed, then kip714 at half (or its profile)."""
+    noop_pid, noop_port = noop
+    kip714_url = f"http://{HOST}:{server.http_port}{ROUTE}"
+    points = sum(
+        len(getattr(m, m.WhichOneof("data")).data_points)
+        for r in ExportMetricsServiceRequest.FromString(body).resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+    )
+    print(f"\n{kind}: {len(body):,} bytes, {points} data points per request")
+    timing = (args.concurrency, 0.0, args.warmup, args.duration)
+    noop_before = _process_cpu_seconds(noop_pid)
+    ceiling = run_load(f"http://{HOST}:{noop_port}{ROUTE}", body, *timing)
+    noop_us = (_process_cpu_seconds(noop_pid) - noop_before) / max(ceiling.ok, 1) * 1e6
+    print(_line("ceiling (aiohttp no-op)", ceiling))
+    before = (server.cpu_seconds(), _children_cpu_seconds(server), server.thread_cpu_seconds())
+    closed = run_load(kip714_url, body, *timing)
+    requests = max(closed.ok + closed.failed, 1)
+    serving_us = (server.cpu_seconds() - before[0]) / requests * 1e6
+    landing_us = (_children_cpu_seconds(server) - before[1]) / requests * 1e6
+    loop_us, threads_us = (
+        (after - earlier) / requests * 1e6
+        for after, earlier in zip(server.thread_cpu_seconds(), before[2], strict=True)
+    )
+    print(_line("kip714", closed))
+    print(
+        f"  kip714 CPU per request: {serving_us:,.0f} µs in the server process (event loop"
+        f" {loop_us:,.0f} µs), {landing_us:,.0f} µs in the landing's workers;"
+        f" the aiohttp no-op's {noop_us:,.0f} µs"
+    )
+    if args.profile:
+        profile_stages(
+            args, server, kip714_url, body, kind.split("-", maxsplit=1)[0], (loop_us, threads_us)
+        )
+        return True
+    half = run_load(kip714_url, body, args.concurrency, closed.rate / 2, args.warmup, args.duration)
+    print(_line("kip714 at half rate", half))
+    share = closed.rate / ceiling.rate if ceiling.rate else 0.0
+    p99 = percentile(half.latencies, 0.99)
+    passed = share >= TARGET_CEILING_SHARE and p99 < TARGET_P99_S
+    print(
+        f"  kip714 = {share:.0%} of the ceiling (target >= 50%), p99 at half rate "
+        f"{p99 * 1000:.2f} ms (target < 20 ms): {'met' if passed else 'NOT met'}"
+    )
+    return passed and not (closed.failed or half.failed)
+
+
 def _line(label: str, result: LoadResult) -> str:
     p50 = percentile(result.latencies, 0.50) * 1000
     p99 = percentile(result.latencies, 0.99) * 1000
@@ -248,6 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     parser.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="after each closed loop, a second one under a thread-CPU profile of the server:"
+        " the per-stage breakdown of a request to DIR (otlp_http_<size>_stages.txt/.json);"
+        " skips the half-rate phases",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup = 2.0, 0.5
@@ -257,43 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     noop, noop_port = start_noop()
     ok = True
     with tempfile.TemporaryDirectory(prefix="kip714-otlp-bench-") as workdir:
-        server = Kip714Server(Path(workdir), cache_size=16_384, exporters="parquet")
+        profile_to = Path(args.profile).resolve() / "server.pstats" if args.profile else None
+        if profile_to is not None:
+            profile_to.parent.mkdir(parents=True, exist_ok=True)
+            profile_to.unlink(missing_ok=True)
+        server = Kip714Server(
+            Path(workdir), cache_size=16_384, exporters="parquet", profile_to=profile_to
+        )
         try:
             server.start()
-            kip714_url = f"http://{HOST}:{server.http_port}{ROUTE}"
+            assert noop.pid is not None
             for kind, body in bodies.items():
-                points = sum(
-                    len(getattr(m, m.WhichOneof("data")).data_points)
-                    for r in ExportMetricsServiceRequest.FromString(body).resource_metrics
-                    for s in r.scope_metrics
-                    for m in s.metrics
-                )
-                print(f"\n{kind}: {len(body):,} bytes, {points} data points per request")
-                timing = (args.concurrency, 0.0, args.warmup, args.duration)
-                ceiling = run_load(f"http://{HOST}:{noop_port}{ROUTE}", body, *timing)
-                print(_line("ceiling (aiohttp no-op)", ceiling))
-                before = (server.cpu_seconds(), _children_cpu_seconds(server))
-                closed = run_load(kip714_url, body, *timing)
-                serving = server.cpu_seconds() - before[0]
-                landing = _children_cpu_seconds(server) - before[1]
-                print(_line("kip714", closed))
-                requests = max(closed.ok + closed.failed, 1)
-                print(
-                    f"  kip714 CPU per request: {serving / requests * 1e6:,.0f} µs in the server "
-                    f"process, {landing / requests * 1e6:,.0f} µs in the landing's workers"
-                )
-                half = run_load(
-                    kip714_url, body, args.concurrency, closed.rate / 2, args.warmup, args.duration
-                )
-                print(_line("kip714 at half rate", half))
-                share = closed.rate / ceiling.rate if ceiling.rate else 0.0
-                p99 = percentile(half.latencies, 0.99)
-                passed = share >= TARGET_CEILING_SHARE and p99 < TARGET_P99_S
-                ok = ok and passed and not (closed.failed or half.failed)
-                print(
-                    f"  kip714 = {share:.0%} of the ceiling (target >= 50%), p99 at half rate "
-                    f"{p99 * 1000:.2f} ms (target < 20 ms): {'met' if passed else 'NOT met'}"
-                )
+                ok = measure(args, server, (noop.pid, noop_port), kind, body) and ok
         finally:
             server.stop()
             noop.terminate()

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
+from durable.fs import fsync_dir
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Set
 
@@ -145,16 +147,16 @@ def delete_partition(table: Path, partition: HourPartition) -> int:
     if not trash.is_dir():
         with contextlib.suppress(FileExistsError):
             trash.mkdir()
-        _fsync_dir(table)
+        fsync_dir(table)
     target = trash / f"date={partition.date}-hour={partition.hour}-{uuid.uuid4().hex[:12]}"
     source.rename(target)
-    _fsync_dir(source.parent)
-    _fsync_dir(trash)
+    fsync_dir(source.parent)
+    fsync_dir(trash)
     shutil.rmtree(target)
-    _fsync_dir(trash)
+    fsync_dir(trash)
     with contextlib.suppress(OSError):  # not empty: another hour of the day remains
         source.parent.rmdir()
-        _fsync_dir(table)
+        fsync_dir(table)
     return size
 
 
@@ -313,7 +315,7 @@ def _empty_trash(table: Path) -> None:
         else:
             leftover.unlink()
     if leftovers:
-        _fsync_dir(trash)
+        fsync_dir(trash)
 
 
 def _tree_bytes(directory: Path) -> int:
@@ -323,11 +325,3 @@ def _tree_bytes(directory: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 total += os.lstat(os.path.join(folder, name)).st_size
     return total
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

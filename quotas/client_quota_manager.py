@@ -99,6 +99,9 @@ class ClientQuotaManager:
         # resolution and the name formatting on every record.
         self._sensor_cache: dict[tuple[str, str], ClientSensors] = {}
         self._cache_generation = self.metrics.removals
+        #: Counts quota changes: sensors a caller resolved (:meth:`resolve`) are
+        #: valid while this and the registry's ``removals`` are unchanged.
+        self.epoch = 0
         self._configs_by_bound: dict[float, MetricConfig] = {}
         group = quota_type.value
         self._delay_queue_sensor = self.metrics.sensor(f"{group}-delayQueue", 0)
@@ -138,6 +141,7 @@ class ClientQuotaManager:
                     self._enabled |= kind
                 self._overrides[entity] = quota
             self._sensor_cache.clear()
+            self.epoch += 1
             self._update_quota_metric_configs()
 
     def quota(self, user: str | None, client_id: str | None) -> Quota:
@@ -169,6 +173,26 @@ class ClientQuotaManager:
             sensors = self._sensor_cache.get((user or "", client_id or ""))
         if sensors is None:
             sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+        try:
+            sensors.quota_sensor.record(value, now_ms, True)
+        except QuotaViolationError as violation:
+            return self._throttle_time(violation, now_ms)
+        return 0
+
+    def resolve(self, user: str | None, client_id: str | None, now_ms: int) -> ClientSensors | None:
+        """The client's sensors for :meth:`record_on`; ``None`` while no quota is set.
+
+        For a caller that records many times for one client (a connection):
+        the sensors stay valid while ``epoch`` and ``metrics.removals`` are
+        unchanged, so the resolution and cache lookup happen once, not per
+        request.
+        """
+        if not self.quotas_enabled:
+            return None
+        return self.get_or_create_quota_sensors(user, client_id, now_ms)
+
+    def record_on(self, sensors: ClientSensors, value: float, now_ms: int) -> int:
+        """``record_and_get_throttle_time_ms`` on sensors from :meth:`resolve`."""
         try:
             sensors.quota_sensor.record(value, now_ms, True)
         except QuotaViolationError as violation:

@@ -9,7 +9,7 @@ client of its own responses.
 
 from __future__ import annotations
 
-from quotas.client_quota_manager import ClientQuotaManager, QuotaType
+from quotas.client_quota_manager import ClientQuotaManager, ClientSensors, QuotaType
 from quotas.errors import QuotaViolationError
 from quotas.metric_name import MetricName
 from quotas.registry import Metrics
@@ -46,6 +46,10 @@ class RequestQuotaManager(ClientQuotaManager):
         return super().record_and_get_throttle_time_ms(
             user, client_id, nanos_to_percentage(value), now_ms
         )
+
+    def record_nanos_on(self, sensors: ClientSensors, nanos: float, now_ms: int) -> int:
+        """``record_on`` of ``nanos`` of request-thread time (sensors from ``resolve``)."""
+        return self.record_on(sensors, nanos * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
 
     def record_no_throttle(
         self, user: str | None, client_id: str | None, value: float, now_ms: int

@@ -114,7 +114,10 @@ class Sensor:
     def record(self, value: float, now_ms: int, check_quotas: bool = True) -> None:
         """Record, then check quotas (raises ``QuotaViolationError``), then the parents."""
         with self._lock:
-            self._record_locked(value, now_ms)
+            # _record_locked, inlined: every quota check of every request comes here.
+            self._last_record_ms = now_ms
+            for metric in self._metrics:
+                metric.stat.record(metric.config, value, now_ms)
             if check_quotas:
                 self._check_quotas_locked(now_ms)
         for parent in self.parents:

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from telemetry.cli import main
+from telemetry.cli.main import main
 
 raise SystemExit(main())

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
+from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
-from exporters.cancellation import run_to_completion
 from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.iceberg import commits
 from exporters.iceberg.lake import lake_location, open_catalog, open_table

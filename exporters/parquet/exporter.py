@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, final
 
+from durable.cancellation import run_to_completion
+from durable.fs import make_dirs
 from exporters.api import LoggedPush, TransientExportError
-from exporters.cancellation import run_to_completion
 from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.options import bool_option, check_keys, int_option, number_option, path_option
 from exporters.otlp_rows import FlattenStats
@@ -429,7 +430,7 @@ _as_tuple: Final = operator.attrgetter(*(f.name for f in dataclasses.fields(Logg
 
 def _lock(root: Path) -> IO[bytes]:
     """One exporter per landing root: two would publish overlapping file names."""
-    publishing.make_dirs(root / publishing.LANDING_DIR)
+    make_dirs(root / publishing.LANDING_DIR)
     file = (root / publishing.LANDING_DIR / "lock").open("ab")
     try:
         fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

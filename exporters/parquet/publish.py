@@ -41,7 +41,6 @@ the one with the highest ``(epoch, last_offset)``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -49,12 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from durable.fs import fsync_dir, make_dirs
+
 __all__ = [
     "LANDING_DIR",
     "Manifest",
     "PublishedFile",
     "Recovery",
-    "fsync_dir",
     "publish",
     "recover",
 ]
@@ -149,28 +149,6 @@ class Recovery:
     rolled_forward: int = 0  # staged files renamed into place on recovery
     missing: int = 0  # files a manifest names that are neither staged nor published
     discarded: int = 0  # staged files of generations that never committed
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries (creations, renames, deletions) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def make_dirs(path: Path) -> None:
-    """``mkdir -p`` that fsyncs the parent of every level it creates."""
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for level in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            level.mkdir()
-        fsync_dir(level.parent)
 
 
 def staging_dir(root: Path) -> Path:

@@ -41,10 +41,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from durable.fs import fsync_dir
 from exporters.api import LoggedPush
 from exporters.otlp_rows import FlattenStats
 from exporters.parquet.flatten import flatten_to_table
-from exporters.parquet.publish import STAGED_SUFFIX, PublishedFile, fsync_dir, staging_dir
+from exporters.parquet.publish import STAGED_SUFFIX, PublishedFile, staging_dir
 from exporters.parquet.schema import (
     METRICS_TABLE,
     PUSHES_TABLE,

@@ -1,6 +1,7 @@
-"""Who may call the HTTP admin API, and which requests a browser may not make for them.
+"""Which HTTP admin requests a browser may not make for a caller.
 
-Authentication, in order:
+Who may call the HTTP admin API at all is the one authorizer's
+(:meth:`telemetry.admin.authorizer.Authorizer.http_admin_request_refusal`):
 
 * with ``[security]`` (``super_users`` set) a request needs the ``[admin]
   token`` as ``Authorization: Bearer``, or a verified client certificate
@@ -8,9 +9,10 @@ Authentication, in order:
 * with a token and no ``[security]``: the token (401 otherwise);
 * with neither: only a listener bound to loopback answers (403 otherwise).
 
-A request not carried by the bearer token could be made by a web page open in
-a browser on the host (the browser attaches nothing a page cannot, except
-client certificates), so it is also refused with 403 when
+It applies the rules below to every request not carrying the token: such a
+request could be made by a web page open in a browser on the host (the
+browser attaches nothing a page cannot, except client certificates), so it is
+refused with 403 when
 
 * it carries an ``Origin`` header, or a ``Sec-Fetch-Site`` other than
   ``none`` / ``same-origin`` (a cross-site fetch or form post);
@@ -24,12 +26,9 @@ client certificates), so it is also refused with 403 when
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
-
-from telemetry.http.principal import principal, request_user
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -40,6 +39,8 @@ _SAME_SITE: Final = frozenset({"none", "same-origin"})
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
+    """An HTTP request refused: its status and why."""
+
     status: int
     message: str
 
@@ -63,59 +64,20 @@ def host_name(header: str) -> str:
     return name if name and port.isdigit() else header
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AdminHttpGuard:
-    token: str | None
-    #: None: no ``[security]`` section.
-    super_users: frozenset[str] | None
-    allowed_hosts: frozenset[str]
-    #: The listener is bound to a loopback address.
-    loopback_only: bool
-
-    def check(self, request: web.Request) -> Refusal | None:
-        """Why ``request`` may not be served (None: it may)."""
-        bearer = self._bearer(request)
-        if self.super_users is not None:
-            if not bearer and principal(request_user(request)) not in self.super_users:
-                return Refusal(
-                    401,
-                    "the admin API needs Authorization: Bearer <[admin] token> or a client "
-                    "certificate whose principal is in [security] super_users",
-                )
-        elif self.token is not None:
-            if not bearer:
-                return Refusal(401, "the admin API needs Authorization: Bearer <[admin] token>")
-        elif not self.loopback_only:
-            return Refusal(
-                403, "the admin API is off: set [admin] token, or listen on loopback only"
-            )
-        if bearer:
-            return None
-        return self._browser_refusal(request)
-
-    def _bearer(self, request: web.Request) -> bool:
-        if self.token is None:
-            return False
-        given = request.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
-
-    def _browser_refusal(self, request: web.Request) -> Refusal | None:
-        headers = request.headers
-        if "Origin" in headers:
-            return Refusal(403, "the admin API refuses cross-origin requests (Origin header)")
-        fetch_site = headers.get("Sec-Fetch-Site")
-        if fetch_site is not None and fetch_site.lower() not in _SAME_SITE:
-            return Refusal(403, f"the admin API refuses Sec-Fetch-Site: {fetch_site}")
-        host = host_name(headers.get("Host", "")).lower().rstrip(".")
-        if not (
-            is_loopback_name(host) or host in self.allowed_hosts or _own_address(request, host)
-        ):
-            return Refusal(
-                403, f"the admin API refuses Host {host!r}: add it to [admin] allowed_hosts"
-            )
-        if request.method in _MUTATIONS and request.content_type != "application/json":
-            return Refusal(403, "an admin change needs Content-Type: application/json")
-        return None
+def browser_refusal(request: web.Request, allowed_hosts: frozenset[str]) -> Refusal | None:
+    """Why a browser could have made ``request`` for its caller (None: it could not)."""
+    headers = request.headers
+    if "Origin" in headers:
+        return Refusal(403, "the admin API refuses cross-origin requests (Origin header)")
+    fetch_site = headers.get("Sec-Fetch-Site")
+    if fetch_site is not None and fetch_site.lower() not in _SAME_SITE:
+        return Refusal(403, f"the admin API refuses Sec-Fetch-Site: {fetch_site}")
+    host = host_name(headers.get("Host", "")).lower().rstrip(".")
+    if not (is_loopback_name(host) or host in allowed_hosts or _own_address(request, host)):
+        return Refusal(403, f"the admin API refuses Host {host!r}: add it to [admin] allowed_hosts")
+    if request.method in _MUTATIONS and request.content_type != "application/json":
+        return Refusal(403, "an admin change needs Content-Type: application/json")
+    return None
 
 
 def _own_address(request: web.Request, host: str) -> bool:

@@ -18,8 +18,9 @@ so the same validation, error codes and messages, durability and precedence:
 * ``GET /admin/metadata`` — the store, its offset and the records of this
   node's image (``metadata_json.py``).
 
-Authentication and the browser rules (Origin, Host, Content-Type) are
-:mod:`telemetry.admin.http_guard`'s. Every change that is not
+Authentication and the browser rules (Origin, Host, Content-Type) are the
+one authorizer's (:mod:`telemetry.admin.authorizer`, with
+:mod:`telemetry.admin.http_guard`). Every change that is not
 ``validate_only`` draws one token from the caller's strict
 ``controller_mutation_rate`` (KIP-599, as on the Kafka listener; the caller
 is the client certificate's principal, else ``ANONYMOUS``, client id ``""``).
@@ -37,7 +38,6 @@ from aiohttp import web
 
 from quotas import DEFAULT
 from telemetry.admin.authorizer import THROTTLED_MESSAGE
-from telemetry.admin.http_guard import AdminHttpGuard, is_loopback_name
 from telemetry.admin.metadata_json import metadata_json
 from telemetry.enforcement import ClientEntity
 from telemetry.errors import ErrorCode, TelemetryError
@@ -59,8 +59,8 @@ from telemetry.wire.quota_messages import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
+    from telemetry.admin.authorizer import Authorizer
     from telemetry.admin.plane import AdminPlane
-    from telemetry.admin.settings import AdminSettings
     from telemetry.enforcement import ClientQuotas, QuotaSettings
     from telemetry.wire.config_messages import DescribeConfigsResult
 
@@ -147,12 +147,12 @@ class _AdminRoutes:
     def __init__(
         self,
         plane: AdminPlane,
-        guard: AdminHttpGuard,
+        authorizer: Authorizer,
         quotas: ClientQuotas,
         clock: Callable[[], int],
     ) -> None:
         self.plane = plane
-        self.guard = guard
+        self.authorizer = authorizer
         self.quotas = quotas
         self.clock = clock
 
@@ -160,7 +160,7 @@ class _AdminRoutes:
         self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def guard(request: web.Request) -> web.StreamResponse:
-            refusal = self.guard.check(request)
+            refusal = self.authorizer.http_admin_request_refusal(request)
             if refusal is not None:
                 return _error(refusal.status, refusal.message)
             try:
@@ -419,19 +419,12 @@ def add_admin_routes(
     app: web.Application,
     plane: AdminPlane,
     *,
-    settings: AdminSettings,
-    http_host: str,
+    authorizer: Authorizer,
     quotas: ClientQuotas,
     clock: Callable[[], int],
 ) -> None:
     """The ``/admin/`` routes; see the module docstring for the API and its authentication."""
-    guard = AdminHttpGuard(
-        token=settings.token,
-        super_users=settings.super_users,
-        allowed_hosts=settings.allowed_hosts,
-        loopback_only=is_loopback_name(http_host),
-    )
-    routes = _AdminRoutes(plane, guard, quotas, clock)
+    routes = _AdminRoutes(plane, authorizer, quotas, clock)
     guarded = routes.guarded
     app.router.add_get("/admin/subscriptions", guarded(routes.list_subscriptions))
     app.router.add_get("/admin/subscriptions/{name}", guarded(routes.describe_subscription))

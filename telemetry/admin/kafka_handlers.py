@@ -12,7 +12,7 @@ that appends in a worker thread, so the connection keeps its order and the
 event loop never waits for an ``fsync``.
 
 Kafka's rules around a change: ALTER_CONFIGS on the cluster (the
-:class:`~telemetry.admin.authorizer.AdminAuthorizer`), else
+:class:`~telemetry.admin.authorizer.Authorizer`), else
 CLUSTER_AUTHORIZATION_FAILED (31) for each resource or entity; and, as
 KIP-599 does for topic mutations, each resource or entity a change would
 touch draws one token from the caller's strict ``controller_mutation_rate``:
@@ -32,10 +32,12 @@ from telemetry.admin.authorizer import (
     principal_of,
 )
 from telemetry.admin.plane import unsupported_resource_message
+from telemetry.admin.quota_alter import with_kafka_key_names
 from telemetry.errors import ErrorCode, TelemetryError
-from telemetry.kafka_connection import CloseConnectionError
-from telemetry.metastore import CLIENT_METRICS_RESOURCE, with_kafka_key_names
-from telemetry.wire import ApiVersion, UnsupportedVersionError
+from telemetry.kafka.connection import CloseConnectionError
+from telemetry.kafka.pending import Pending
+from telemetry.metastore import CLIENT_METRICS_RESOURCE
+from telemetry.wire import UnsupportedVersionError
 from telemetry.wire.admin_apis import (
     ADMIN_VERSIONS,
     AdminApiKey,
@@ -65,10 +67,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
-    from telemetry.admin.authorizer import AdminAuthorizer
+    from telemetry.admin.authorizer import Authorizer
     from telemetry.admin.plane import AdminPlane
     from telemetry.enforcement import ClientEntity, Enforcement
-    from telemetry.kafka_connection import ConnectionState
+    from telemetry.kafka.connection import ConnectionState
+    from telemetry.kafka.table import ApiTable
     from telemetry.wire.admin_apis import AdminResponse
 
 _log = logging.getLogger(__name__)
@@ -80,14 +83,6 @@ SERVED: Final = (
     AdminApiKey.DESCRIBE_CLIENT_QUOTAS,
     AdminApiKey.ALTER_CLIENT_QUOTAS,
     AdminApiKey.LIST_CONFIG_RESOURCES,
-)
-ADVERTISED: Final = tuple(
-    ApiVersion(
-        api_key=int(key),
-        min_version=ADMIN_VERSIONS[key].min_version,
-        max_version=ADMIN_VERSIONS[key].max_version,
-    )
-    for key in SERVED
 )
 #: ListConfigResources v1's types (KIP-1142): TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP.
 _LISTABLE_TYPES: Final = frozenset({2, 4, 8, 16, 32})
@@ -122,29 +117,13 @@ def _describe_failed(
     )
 
 
-class _PendingAdmin:
-    """A change being made durable; answered from its task's callback, in order."""
-
-    __slots__ = ("_task",)
-
-    def __init__(self, task: asyncio.Task[tuple[bytes, int]]) -> None:
-        self._task = task
-
-    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
-        def done(task: asyncio.Task[tuple[bytes, int]]) -> None:
-            if not task.cancelled():  # cancelled: the server stops, the connection closes
-                callback(task.result())
-
-        self._task.add_done_callback(done)
-
-
 class KafkaAdminHandlers:
     """Decodes admin frames and answers them from the :class:`AdminPlane`."""
 
     def __init__(
         self,
         plane: AdminPlane,
-        authorizer: AdminAuthorizer,
+        authorizer: Authorizer,
         enforcement: Enforcement,
         clock: Callable[[], int],
     ) -> None:
@@ -152,18 +131,26 @@ class KafkaAdminHandlers:
         self.authorizer = authorizer
         self.enforcement = enforcement
         self.clock = clock
-        self.advertised = ADVERTISED
-        self._changes: set[asyncio.Task[tuple[bytes, int]]] = set()
+        self._changes: set[asyncio.Task[bytes]] = set()
 
-    def serves(self, api_key: int) -> bool:
-        return api_key in SERVED
+    def register(self, table: ApiTable) -> None:
+        """Each admin API a row of the listener's table; the table charges the request."""
+        charge = table.charge
 
-    def name(self, api_key: int) -> str:
-        return API_NAMES[AdminApiKey(api_key)]
+        def serve(
+            state: ConnectionState, frame: bytes, started_ns: int
+        ) -> tuple[bytes, int] | Pending[bytes]:
+            return self.handle(state, frame, lambda ms: charge(state, started_ns, ms))
+
+        for key in SERVED:
+            versions = ADMIN_VERSIONS[key]
+            table.register(
+                int(key), API_NAMES[key], (versions.min_version, versions.max_version), serve
+            )
 
     def handle(
         self, state: ConnectionState, frame: bytes, finish: Callable[[int], int]
-    ) -> tuple[bytes, int] | _PendingAdmin:
+    ) -> tuple[bytes, int] | Pending[bytes]:
         """Answer one admin request; ``finish(mutation_throttle_ms)`` charges the
         request to the client's quotas and returns the throttle its response carries.
 
@@ -176,6 +163,8 @@ class KafkaAdminHandlers:
         except UnsupportedVersionError as error:
             raise CloseConnectionError(str(error)) from error
         version = header.api_version
+        # Kafka reads a null client id as "".
+        state.identify(header.client_id or "")
 
         def reply(response: AdminResponse) -> bytes:
             return encode_admin_response(header.correlation_id, header.api_key, version, response)
@@ -296,7 +285,7 @@ class KafkaAdminHandlers:
         request: IncrementalAlterConfigsRequest,
         reply: Callable[[AdminResponse], bytes],
         finish: Callable[[int], int],
-    ) -> tuple[bytes, int] | _PendingAdmin:
+    ) -> tuple[bytes, int] | Pending[bytes]:
         resources = request.resources
         if not self.authorizer.may_alter(principal_of(state)):
             throttle = finish(0)
@@ -359,7 +348,7 @@ class KafkaAdminHandlers:
         request: AlterClientQuotasRequest,
         reply: Callable[[AdminResponse], bytes],
         finish: Callable[[int], int],
-    ) -> tuple[bytes, int] | _PendingAdmin:
+    ) -> tuple[bytes, int] | Pending[bytes]:
         entries = request.entries
         if not self.authorizer.may_alter(principal_of(state)):
             throttle = finish(0)
@@ -413,15 +402,16 @@ class KafkaAdminHandlers:
         change: Coroutine[Any, Any, bytes],
         failed: Callable[[BaseException], bytes],
         throttle: int,
-    ) -> _PendingAdmin:
-        async def answer() -> tuple[bytes, int]:
-            try:
-                return await change, throttle
-            except Exception as error:  # a bug: logged here, answered -1, the connection lives
-                _log.exception("an admin change failed")
-                return failed(error), throttle
+    ) -> Pending[bytes]:
+        """The change runs as a task (kept until done); a failure is answered -1, the connection
+        lives: a bug is logged here, and a task cancelled (the server stopping) answers too."""
 
-        task = asyncio.create_task(answer(), name="kafka-admin-change")
+        def refused(error: BaseException) -> tuple[bytes, int]:
+            if not isinstance(error, asyncio.CancelledError):
+                _log.error("an admin change failed", exc_info=error)
+            return failed(error), throttle
+
+        task = asyncio.create_task(change, name="kafka-admin-change")
         self._changes.add(task)
         task.add_done_callback(self._changes.discard)
-        return _PendingAdmin(task)
+        return Pending(task, lambda response: (response, throttle), refused)

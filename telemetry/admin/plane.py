@@ -7,7 +7,7 @@ keeps what is in force equal to *static then dynamic*:
 
 * subscriptions: the file's ``[subscriptions]`` merged key by key with the
   dynamic keys (``merge_subscriptions``), installed in the manager's
-  :class:`~telemetry.subscriptions.SubscriptionRegistry`, whose version then
+  :class:`~telemetry.core.subscriptions.SubscriptionRegistry`, whose version then
   moves, so clients are re-evaluated on their next request;
 * quotas: the file's ``[quotas]`` entities overridden key by key by the
   dynamic entities, handed to :meth:`Enforcement.apply`, which only swaps the
@@ -31,28 +31,29 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from quotas import DEFAULT
-from telemetry.enforcement import ClientQuotaSettings, IpQuotaSettings, QuotaSettings
-from telemetry.errors import ErrorCode, TelemetryError
-from telemetry.metastore import (
-    CLIENT_METRICS_RESOURCE,
+from telemetry.admin.client_metrics_alter import (
     DUPLICATE_RESOURCE_MESSAGE,
     alter_client_metrics,
-    alter_client_quotas,
+    duplicate_resources,
+)
+from telemetry.admin.precedence import (
     client_metrics_names,
     describe_client_metrics,
-    describe_client_quotas,
-    duplicate_resources,
     merge_subscriptions,
 )
+from telemetry.admin.quota_alter import alter_client_quotas, describe_client_quotas
+from telemetry.enforcement import ClientQuotaSettings, IpQuotaSettings, QuotaSettings
+from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.metastore import CLIENT_METRICS_RESOURCE
 from telemetry.wire.config_messages import AlterConfigsResourceResponse, DescribeConfigsResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from telemetry.core.subscriptions import Subscription, SubscriptionRegistry
     from telemetry.enforcement import Enforcement, LimitSettings
     from telemetry.metastore import MetadataImage, MetadataRecord, QuotaEntity
     from telemetry.metastore.backend import MetadataBackend
-    from telemetry.subscriptions import Subscription, SubscriptionRegistry
     from telemetry.wire.config_messages import AlterConfigsResource
     from telemetry.wire.quota_messages import (
         AlterClientQuotasEntry,

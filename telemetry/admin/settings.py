@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from telemetry.errors import ConfigError
+from telemetry import toml_checks as toml
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from telemetry.security.settings import SecuritySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,39 +30,18 @@ class AdminSettings:
     super_users: frozenset[str] | None = None
 
 
-def parse_admin(
-    admin: Mapping[str, Any] | None, security: Mapping[str, Any] | None
-) -> AdminSettings:
-    """The two sections (None when absent); unknown keys are refused."""
+def parse_admin(admin: Mapping[str, Any] | None, security: SecuritySettings) -> AdminSettings:
+    """``[admin]`` (None when absent; unknown keys are refused) and who may alter.
+
+    ``[security] super_users`` is checked once, by ``security/settings.py``.
+    """
     token: str | None = None
     allowed_hosts: frozenset[str] = frozenset()
     if admin is not None:
-        _refuse_unknown("admin.", admin, {"token", "allowed_hosts"})
+        toml.refuse_unknown("admin.", admin, {"token", "allowed_hosts"})
         if "token" in admin:
-            token = admin["token"]
-            if not isinstance(token, str) or not token:
-                raise ConfigError("admin.token", token, "expected a non-empty string")
-        hosts = admin.get("allowed_hosts", [])
-        if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
-            raise ConfigError("admin.allowed_hosts", hosts, 'expected a list like ["kip714.lan"]')
+            token = toml.string("admin.token", admin["token"])
+        hosts = toml.string_list("admin.allowed_hosts", admin.get("allowed_hosts", []))
         allowed_hosts = frozenset(h.lower().rstrip(".") for h in hosts)
-    super_users: frozenset[str] | None = None
-    if security is not None:
-        super_users = frozenset(_principals(security.get("super_users", [])))
+    super_users = frozenset(security.super_users) if security.configured else None
     return AdminSettings(token=token, allowed_hosts=allowed_hosts, super_users=super_users)
-
-
-def _principals(value: object) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError("security.super_users", value, 'expected a list like ["User:admin"]')
-    for principal in value:
-        kind, _, name = principal.partition(":")
-        if kind != "User" or not name:
-            raise ConfigError("security.super_users", principal, 'expected "User:<name>"')
-    return value
-
-
-def _refuse_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
-    for key in table:
-        if key not in known:
-            raise ConfigError(f"{prefix}{key}", table[key], "unknown key")

@@ -10,7 +10,7 @@ Depends on ``quotas`` and ``telemetry.errors`` only.
 
 from __future__ import annotations
 
-from telemetry.enforcement.client_quotas import ClientQuotas, Throttle
+from telemetry.enforcement.client_quotas import ClientQuotas, EntitySensors, Throttle
 from telemetry.enforcement.connection_limits import Admission, AdmissionOutcome, ConnectionLimits
 from telemetry.enforcement.enforcer import Enforcement
 from telemetry.enforcement.entity import ClientEntity
@@ -36,6 +36,7 @@ __all__ = [
     "ClientQuotas",
     "ConnectionLimits",
     "Enforcement",
+    "EntitySensors",
     "IpQuotaSettings",
     "LimitSettings",
     "MemoryClient",

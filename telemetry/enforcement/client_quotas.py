@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from quotas import (
     ClientQuotaManager,
+    ClientSensors,
     ControllerMutationQuotaManager,
     Metrics,
     Quota,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from telemetry.enforcement.entity import ClientEntity
     from telemetry.enforcement.settings import ClientQuotaSettings, QuotaSettings
 
-__all__ = ["ClientQuotas", "Throttle"]
+__all__ = ["ClientQuotas", "EntitySensors", "Throttle"]
 
 #: How often idle per-client sensors are looked for (Kafka's ``ExpireSensorTask`` period).
 SENSOR_EXPIRY_PERIOD_MS = 30_000
@@ -59,6 +60,21 @@ class Throttle:
 
 
 NO_THROTTLE = Throttle()
+
+
+@dataclass(slots=True)
+class EntitySensors:
+    """One entity's push-byte and request-time sensors, resolved once for its connection.
+
+    ``None`` for a kind with no quota configured (nothing is recorded, as
+    with Kafka's ``quotasEnabled``). Valid while ``validity`` (sensor
+    removals, quota changes) is what :meth:`ClientQuotas.sensors` finds.
+    """
+
+    entity: ClientEntity
+    validity: int
+    push: ClientSensors | None
+    request: ClientSensors | None
 
 
 class ClientQuotas:
@@ -144,6 +160,26 @@ class ClientQuotas:
                 return admitted, refused.throttle_time_ms
         return count, 0
 
+    def sensors(
+        self, entity: ClientEntity, held: EntitySensors | None, now_ms: int
+    ) -> EntitySensors:
+        """``held`` while still valid for ``entity``, else the entity's sensors resolved anew."""
+        # The three counters only grow, so their sum changes whenever one does.
+        validity = self.metrics.removals + self.push_bytes.epoch + self.request_time.epoch
+        if (
+            held is not None
+            and held.validity == validity
+            and (held.entity is entity or held.entity == entity)
+        ):
+            return held
+        user, client_id = entity
+        return EntitySensors(
+            entity,
+            validity,
+            self.push_bytes.resolve(user, client_id, now_ms),
+            self.request_time.resolve(user, client_id, now_ms),
+        )
+
     def finish_request(
         self,
         entity: ClientEntity,
@@ -152,23 +188,36 @@ class ClientQuotas:
         *,
         push_bytes: int | None = None,
         mutation_throttle_ms: int = 0,
+        sensors: EntitySensors | None = None,
     ) -> Throttle:
         """Record a handled request's time (and a push's bytes); return its throttle.
+
+        ``sensors`` (from :meth:`sensors`, for ``entity``) skips resolving the
+        entity's sensors on every request.
 
         ``mutation_throttle_ms`` is what :meth:`admit_instance_creation`
         returned for this request. The throttle returned is the largest of
         the three, and is recorded against its quota (Kafka's
         ``sendResponseMaybeThrottle``): the caller only applies it.
         """
-        user, client_id = entity
-        byte_ms = 0
-        if push_bytes is not None:
-            byte_ms = self.push_bytes.maybe_record_and_get_throttle_time_ms(
-                user, client_id, push_bytes, now_ms
+        byte_ms = request_ms = 0
+        if sensors is not None:
+            # The connection's resolved sensors (see sensors()): no lookups per request.
+            if push_bytes is not None and sensors.push is not None:
+                byte_ms = self.push_bytes.record_on(sensors.push, push_bytes, now_ms)
+            if sensors.request is not None:
+                request_ms = self.request_time.record_nanos_on(
+                    sensors.request, request_nanos, now_ms
+                )
+        else:
+            user, client_id = entity
+            if push_bytes is not None:
+                byte_ms = self.push_bytes.maybe_record_and_get_throttle_time_ms(
+                    user, client_id, push_bytes, now_ms
+                )
+            request_ms = self.request_time.maybe_record_and_get_throttle_time_ms(
+                user, client_id, request_nanos, now_ms
             )
-        request_ms = self.request_time.maybe_record_and_get_throttle_time_ms(
-            user, client_id, request_nanos, now_ms
-        )
         if byte_ms <= 0 and request_ms <= 0 and mutation_throttle_ms <= 0:
             return NO_THROTTLE
         throttle_ms, reason, manager = max(

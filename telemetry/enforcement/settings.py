@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from quotas import DEFAULT
+from telemetry import toml_checks as toml
 from telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -97,12 +98,14 @@ class LimitSettings:
 
 def parse_quotas(section: Mapping[str, Any]) -> QuotaSettings:
     """The ``[quotas]`` table (empty: the defaults, no quota at all)."""
-    _refuse_unknown("quotas.", section, {"window_num", "window_size_s", "clients", "ips"})
+    toml.refuse_unknown("quotas.", section, {"window_num", "window_size_s", "clients", "ips"})
     return QuotaSettings(
-        window_num=_int("quotas.window_num", section.get("window_num", 11), 1, _INT32_MAX),
-        window_size_s=_int("quotas.window_size_s", section.get("window_size_s", 1), 1, 3600),
-        clients=_clients(_array("quotas.clients", section.get("clients", []))),
-        ips=_ips(_array("quotas.ips", section.get("ips", []))),
+        window_num=toml.integer("quotas.window_num", section.get("window_num", 11), 1, _INT32_MAX),
+        window_size_s=toml.integer(
+            "quotas.window_size_s", section.get("window_size_s", 1), 1, 3600
+        ),
+        clients=_clients(toml.array("quotas.clients", section.get("clients", []))),
+        ips=_ips(toml.array("quotas.ips", section.get("ips", []))),
     )
 
 
@@ -110,9 +113,9 @@ def parse_limits(section: Mapping[str, Any]) -> LimitSettings:
     """The ``[limits]`` table; every value is a positive integer."""
     defaults = LimitSettings()
     known = set(LimitSettings.__dataclass_fields__)
-    _refuse_unknown("limits.", section, known)
+    toml.refuse_unknown("limits.", section, known)
     values = {
-        name: _int(f"limits.{name}", section.get(name, getattr(defaults, name)), 1, None)
+        name: toml.integer(f"limits.{name}", section.get(name, getattr(defaults, name)), 1, None)
         for name in known
     }
     for name in ("max_connections", "max_connections_per_ip", "max_connection_creation_rate"):
@@ -126,10 +129,12 @@ def _clients(entries: list[Any]) -> tuple[ClientQuotaSettings, ...]:
     seen: set[tuple[str | None, str | None]] = set()
     for index, raw in enumerate(entries):
         key = f"quotas.clients[{index}]"
-        entry = _table(key, raw)
-        _refuse_unknown(key + ".", entry, {"user", "client_id", *_CLIENT_QUOTA_KEYS})
-        user = _name(f"{key}.user", entry["user"]) if "user" in entry else None
-        client_id = _name(f"{key}.client_id", entry["client_id"]) if "client_id" in entry else None
+        entry = toml.table(key, raw)
+        toml.refuse_unknown(key + ".", entry, {"user", "client_id", *_CLIENT_QUOTA_KEYS})
+        user = toml.string(f"{key}.user", entry["user"]) if "user" in entry else None
+        client_id = (
+            toml.string(f"{key}.client_id", entry["client_id"]) if "client_id" in entry else None
+        )
         if user is None and client_id is None:
             raise ConfigError(key, dict(entry), "an entity names a user, a client_id or both")
         values = {
@@ -153,11 +158,11 @@ def _ips(entries: list[Any]) -> tuple[IpQuotaSettings, ...]:
     seen: set[str] = set()
     for index, raw in enumerate(entries):
         key = f"quotas.ips[{index}]"
-        entry = _table(key, raw)
-        _refuse_unknown(key + ".", entry, {"ip", "connection_creation_rate"})
+        entry = toml.table(key, raw)
+        toml.refuse_unknown(key + ".", entry, {"ip", "connection_creation_rate"})
         if "ip" not in entry or "connection_creation_rate" not in entry:
             raise ConfigError(key, dict(entry), "needs ip and connection_creation_rate")
-        ip = _name(f"{key}.ip", entry["ip"])
+        ip = toml.string(f"{key}.ip", entry["ip"])
         if ip != DEFAULT:
             try:
                 ip = ipaddress.ip_address(ip).compressed
@@ -166,47 +171,11 @@ def _ips(entries: list[Any]) -> tuple[IpQuotaSettings, ...]:
         if ip in seen:
             raise ConfigError(f"{key}.ip", entry["ip"], "this address is already configured")
         seen.add(ip)
-        rate = _int(
+        rate = toml.integer(
             f"{key}.connection_creation_rate", entry["connection_creation_rate"], 1, _INT32_MAX
         )
         ips.append(IpQuotaSettings(ip=ip, connection_creation_rate=rate))
     return tuple(ips)
-
-
-def _refuse_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
-    for key in table:
-        if key not in known:
-            raise ConfigError(
-                f"{prefix}{key}", table[key], f"unknown key (known: {', '.join(sorted(known))})"
-            )
-
-
-def _array(key: str, value: object) -> list[Any]:
-    if not isinstance(value, list):
-        raise ConfigError(key, value, "expected an array of tables ([[...]])")
-    return value
-
-
-def _table(key: str, value: object) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(key, value, "expected a table")
-    return value
-
-
-def _name(key: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(key, value, "expected a non-empty string")
-    return value
-
-
-def _int(key: str, value: object, minimum: int, maximum: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, value, "expected an integer")
-    if value < minimum:
-        raise ConfigError(key, value, f"must be at least {minimum}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(key, value, f"must be at most {maximum}")
-    return value
 
 
 def _rate(key: str, value: object) -> float:

@@ -7,7 +7,7 @@ the OpenTelemetry Collector's HTTP receivers accept (``confighttp``): gzip,
 deflate (also named zlib), zstd, snappy (a raw block, or the framing format,
 told apart by the stream identifier as the Collector does),
 x-snappy-framed, lz4 (frame format). gzip, zstd, lz4 and raw snappy go
-through :func:`telemetry.codecs.decompress`, which bounds the same codecs for
+through :func:`telemetry.core.codecs.decompress`, which bounds the same codecs for
 PushTelemetry; deflate and framed snappy, which KIP-714 never carries, are
 decoded here.
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 import cramjam
 import crc32c
 
-from telemetry.codecs import CompressionType, decompress
+from telemetry.core.codecs import CompressionType, decompress
 from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from telemetry.codecs import CompressionType, compression_by_magic, decompress
+from telemetry.core.codecs import CompressionType, compression_by_magic, decompress
 from telemetry.errors import ErrorCode, InvalidRecordError, TelemetryTooLargeError
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from cachetools import LRUCache
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 from telemetry.enforcement import ClientQuotas, QuotaSettings
 from telemetry.http.throttle import HttpQuotas
-from telemetry.kafka_listener import wall_clock_ms
+from telemetry.ingress import wall_clock_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Executor
 
+    from telemetry.core.manager import TelemetryManager
     from telemetry.http.memory import HttpRequestMemory
-    from telemetry.kafka_listener import PushLog
-    from telemetry.manager import TelemetryManager
+    from telemetry.ingress import PushLog
 
 __all__ = ["HttpIngest", "HttpIngestStats"]
 

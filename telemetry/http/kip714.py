@@ -1,7 +1,7 @@
 """KIP-714 over HTTP: ``POST /v1/telemetry/subscriptions`` and ``POST /v1/telemetry/push``.
 
 The two RPCs of KIP-714 with the fields of their Kafka messages, answered by
-the same :class:`~telemetry.manager.TelemetryManager` as the Kafka listener,
+the same :class:`~telemetry.core.manager.TelemetryManager` as the Kafka listener,
 so the checks, their order, the error codes and the throttle times are the
 same. What HTTP adds:
 
@@ -35,7 +35,6 @@ leaves the instance in the state the log says.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -43,26 +42,24 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from telemetry.client_instance import RequestContext
-from telemetry.client_uuid import ZERO_UUID, Uuid
+from telemetry.core.client_instance import RequestContext
+from telemetry.core.client_uuid import ZERO_UUID, Uuid
+from telemetry.core.manager import (
+    AcceptedPush,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryResponse,
+)
 from telemetry.enforcement import ClientEntity
-from telemetry.errors import ErrorCode, TelemetryError
+from telemetry.errors import ErrorCode
 from telemetry.http.content import BodyTooLargeError, read_body, read_prefix
 from telemetry.http.otlp import peer
 from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import retry_after_s
-from telemetry.ingest import PushContext
-from telemetry.kafka_listener import INLINE_DECOMPRESSED_BYTES
-from telemetry.manager import (
-    AcceptedPush,
-    DeferredPush,
-    GetTelemetrySubscriptionsResponse,
-    PushTelemetryResponse,
-)
-from telemetry.push_completion import complete_failed_append, decompression_outcome
+from telemetry.ingress import THROTTLED_GET, Ingress, PushFields
 
 if TYPE_CHECKING:
     from telemetry.http.ingest import HttpIngest
+    from telemetry.http.throttle import HttpQuotas
 
 __all__ = [
     "GET_ROUTE",
@@ -90,10 +87,6 @@ SOFTWARE_VERSION: Final = "Kip714-Client-Software-Version"
 _INT32: Final = (-(2**31), 2**31 - 1)
 _INT8: Final = (-128, 127)
 _BOOLEANS: Final = {"true": True, "false": False, "1": True, "0": False}
-#: A GET refused by a quota: the error and the message defaults, as Kafka's ``getErrorResponse``.
-_THROTTLED_GET: Final = GetTelemetrySubscriptionsResponse(
-    error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
-)
 
 
 class _BadRequestError(Exception):
@@ -172,6 +165,7 @@ class GetSubscriptionsHandler:
 
     def __init__(self, ingest: HttpIngest) -> None:
         self._ingest = ingest
+        self._ingress = _ingress(ingest)
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
@@ -210,24 +204,14 @@ class GetSubscriptionsHandler:
         quotas, now_ms = ingest.quotas, ingest.clock()
         if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
             # A throttle an earlier response carried is still running: Kafka's muted channel.
-            return _answer(_get_fields(_THROTTLED_GET, muted_ms))
-        client_instance_id = instance_id or ZERO_UUID
-        if ingest.manager.creates_instance(client_instance_id, now_ms):
-            # KIP-599 strict: a new instance costs a token; in deficit, nothing is created.
-            refused_ms = quotas.admit_instance_creation(entity, now_ms)
-            if refused_ms > 0:
-                throttle_ms = quotas.finish_request(
-                    entity,
-                    time.perf_counter_ns() - started_ns,
-                    now_ms,
-                    mutation_throttle_ms=refused_ms,
-                )
-                return _answer(_get_fields(_THROTTLED_GET, throttle_ms))
-        answer = ingest.manager.get_telemetry_subscriptions(
-            client_instance_id, _context(request, user, client_id, software), now_ms
+            return _answer(_get_fields(THROTTLED_GET, muted_ms))
+        answer, throttle_ms = self._ingress.get_subscriptions(
+            instance_id or ZERO_UUID,
+            _context(request, user, client_id, software),
+            _Quota(quotas, entity, started_ns),
+            now_ms,
         )
-        quota_ms = quotas.finish_request(entity, time.perf_counter_ns() - started_ns, now_ms)
-        return _answer(_get_fields(answer, max(answer.throttle_time_ms, quota_ms)))
+        return _answer(_get_fields(answer, throttle_ms))
 
 
 def _get_fields(answer: GetTelemetrySubscriptionsResponse, throttle_ms: int) -> dict[str, Any]:
@@ -266,6 +250,7 @@ class PushHandler:
 
     def __init__(self, ingest: HttpIngest) -> None:
         self._ingest = ingest
+        self._ingress = _ingress(ingest)
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
@@ -299,44 +284,18 @@ class PushHandler:
         if (muted_ms := quotas.muted_ms(entity, now_ms)) > 0:
             # A throttle an earlier response carried is still running: Kafka's muted channel.
             return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, muted_ms))
-        if (
-            instance_id is not None
-            and not instance_id.is_reserved
-            and ingest.manager.creates_instance(instance_id, now_ms)
-        ):
-            # A push with an unknown id makes an instance as a GET does (Kafka's
-            # ClientMetricsManager), so it draws from the same strict bucket:
-            # otherwise made-up ids would be a way around it.
-            refused_ms = quotas.admit_instance_creation(entity, now_ms)
-            if refused_ms > 0:
-                throttle_ms = quotas.finish_request(
-                    entity,
-                    time.perf_counter_ns() - started_ns,
-                    now_ms,
-                    push_bytes=len(metrics),
-                    mutation_throttle_ms=refused_ms,
-                )
-                return _answer(_error_fields(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttle_ms))
-        outcome = ingest.manager.validate_push(
+        fields = PushFields(
             client_instance_id=instance_id,
             subscription_id=subscription_id,
             terminating=_BOOLEANS[terminating_text],
             compression_type=compression_type,
             metrics=metrics,
-            context=context,
-            now_ms=now_ms,
-            inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
-        # Recorded now, as the Kafka listener does: the event loop's time so far
-        # (a deferred decompression runs in a thread) and the bytes as received,
-        # accepted or not; an over-quota push is still accepted (produce semantics).
-        quota_ms = quotas.finish_request(
-            entity, time.perf_counter_ns() - started_ns, now_ms, push_bytes=len(metrics)
+        outcome, quota_ms = self._ingress.push(
+            fields, context, _Quota(quotas, entity, started_ns), now_ms
         )
-        if isinstance(outcome, DeferredPush):
-            outcome = await self._finish_deferred(outcome)
-        elif isinstance(outcome, AcceptedPush):
-            outcome = await self.log_push(outcome)
+        if not isinstance(outcome, PushTelemetryResponse):
+            outcome = await outcome
         return _answer(_error_fields(outcome.error_code, max(outcome.throttle_time_ms, quota_ms)))
 
     async def log_push(self, accepted: AcceptedPush) -> PushTelemetryResponse:
@@ -346,83 +305,35 @@ class PushHandler:
         coroutine, so cancelling it (a client gone, a server stopping) never
         leaves the instance without the outcome the log decided.
         """
-        logged = self._log(accepted)
+        logged = self._ingress.log_push(accepted)
         return logged if isinstance(logged, PushTelemetryResponse) else await logged
 
-    async def _finish_deferred(self, deferred: DeferredPush) -> PushTelemetryResponse:
-        """Decompress off the event loop, then log; the manager hears the outcome exactly once.
 
-        As in :meth:`log_push`, everything after the decompression happens in
-        callbacks, so a handler cancelled meanwhile leaves the instance in the
-        state the decompression and the log decided.
-        """
-        loop = asyncio.get_running_loop()
-        decompressed = loop.run_in_executor(self._ingest.decompressor, deferred.outcome)
-        answer: asyncio.Future[PushTelemetryResponse] = loop.create_future()
-
-        def answered(outcome: PushTelemetryResponse) -> None:
-            if not answer.done():  # the handler may have been cancelled meanwhile
-                answer.set_result(outcome)
-
-        def done(future: asyncio.Future[bytes | TelemetryError]) -> None:
-            outcome = decompression_outcome(future)
-            result = self._ingest.manager.finish_deferred(deferred, outcome)
-            if not isinstance(result, AcceptedPush):
-                answered(result)
-                return
-            logged = self._log(result)
-            if isinstance(logged, PushTelemetryResponse):
-                answered(logged)
-            else:
-                logged.add_done_callback(lambda f: answered(f.result()))
-
-        decompressed.add_done_callback(done)
-        return await answer
-
-    def _log(
-        self, accepted: AcceptedPush
-    ) -> PushTelemetryResponse | asyncio.Future[PushTelemetryResponse]:
-        manager = self._ingest.manager
-        if not accepted.data:
-            return manager.complete_push(accepted)  # empty metrics: nothing to log
-        try:
-            _, durable = self._ingest.log.append_nowait(_push_context(accepted), accepted.data)
-        except Exception as error:
-            return complete_failed_append(manager, accepted, error)
-        answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
-
-        def done(durable: asyncio.Future[None]) -> None:
-            error = asyncio.CancelledError() if durable.cancelled() else durable.exception()
-            if error is None:
-                outcome = manager.complete_push(accepted)
-            else:
-                outcome = complete_failed_append(manager, accepted, error)
-            if not answer.done():  # the handler may have been cancelled meanwhile
-                answer.set_result(outcome)
-
-        durable.add_done_callback(done)
-        return answer
+def _ingress(ingest: HttpIngest) -> Ingress:
+    """The flow, over the routes' parts; an HTTP push inherits its instance's identity."""
+    return Ingress(ingest.manager, ingest.log, ingest.decompressor, inherit=True)
 
 
-def _push_context(accepted: AcceptedPush) -> PushContext:
-    """The push's own identity headers, else what the instance's first request said.
+class _Quota:
+    """The HTTP door's :class:`~telemetry.ingress.RequestQuota`: the request's entity."""
 
-    A Kafka connection carries its client id and software on every request;
-    an HTTP client may send them once, with its GetTelemetrySubscriptions.
-    """
-    context, metadata = accepted.context, accepted.metadata
-    return PushContext(
-        client_instance_id=str(accepted.client_instance_id),
-        subscription_id=accepted.subscription_id,
-        received_time_ms=accepted.received_ms,
-        push_interval_ms=accepted.push_interval_ms,
-        terminating=accepted.terminating,
-        client_id=context.client_id or metadata.client_id or None,
-        client_software_name=context.client_software_name or metadata.client_software_name,
-        client_software_version=(
-            context.client_software_version or metadata.client_software_version
-        ),
-        client_source_address=context.client_source_address or None,
-        client_source_port=context.client_source_port,
-        principal=context.principal,
-    )
+    __slots__ = ("_entity", "_quotas", "_started_ns")
+
+    def __init__(self, quotas: HttpQuotas, entity: ClientEntity, started_ns: int) -> None:
+        self._quotas = quotas
+        self._entity = entity
+        self._started_ns = started_ns
+
+    def admit_instance_creation(self, now_ms: int) -> int:
+        return self._quotas.admit_instance_creation(self._entity, now_ms)
+
+    def finish(
+        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+    ) -> int:
+        return self._quotas.finish_request(
+            self._entity,
+            time.perf_counter_ns() - self._started_ns,
+            now_ms,
+            push_bytes=push_bytes,
+            mutation_throttle_ms=mutation_throttle_ms,
+        )

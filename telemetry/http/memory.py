@@ -8,7 +8,8 @@ waits for memory instead: at most ``[http] memory_wait_ms``, then it is
 answered 503 with ``Retry-After`` (never more memory). As in Kafka the pool
 is not strict: a request admitted while any memory is left may pass the
 bound by its own size, so the bound is exceeded by at most the requests
-being decoded at once (one: decoding above 64 KiB runs on one thread).
+being decoded at once (one per decoding thread: OTLP bodies above 64 KiB on
+the OTLP route's, forwarded payloads on the Kafka listener's).
 """
 
 from __future__ import annotations

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from telemetry import toml_checks as toml
+from telemetry.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _MIB = 1024 * 1024
 
@@ -39,3 +46,12 @@ class LogConfig:
             )
         if self.max_record_bytes <= 0 or self.full_throttle_ms < 0:
             raise ValueError("max_record_bytes must be positive and full_throttle_ms >= 0")
+
+
+def parse_log(section: Mapping[str, Any]) -> LogConfig:
+    values = {key: toml.integer(f"log.{key}", value, 0) for key, value in section.items()}
+    try:
+        return LogConfig(**values)
+    except ValueError as error:
+        key = next(iter(values), "log")
+        raise ConfigError(f"log.{key}", values.get(key), str(error)) from None

@@ -20,7 +20,7 @@ import os
 import uuid
 from typing import TYPE_CHECKING
 
-from telemetry.ingest.segment import fsync_directory
+from durable.fs import fsync_dir
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,7 +55,7 @@ def load_or_create_log_id(directory: Path) -> str:
                 os.link(temporary, path)
         finally:
             temporary.unlink(missing_ok=True)
-        fsync_directory(directory)
+        fsync_dir(directory)
     text = path.read_text(encoding="ascii", errors="replace").strip()
     try:
         return str(uuid.UUID(text))

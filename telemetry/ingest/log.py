@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporters.cancellation import run_to_completion
+from durable.cancellation import run_to_completion
+from durable.fs import fsync_dir
 from telemetry.ingest.config import LogConfig
 from telemetry.ingest.errors import (
     LogClosedError,
@@ -38,7 +39,6 @@ from telemetry.ingest.positions import ConsumerPositions
 from telemetry.ingest.reader import Position, read_records
 from telemetry.ingest.record import encode_frame
 from telemetry.ingest.recovery import recover
-from telemetry.ingest.segment import fsync_directory
 from telemetry.ingest.stats import LogStats
 from telemetry.ingest.writer import SegmentState, SegmentWriter
 
@@ -470,7 +470,7 @@ class IngestLog:
     def _delete(self, paths: list[Path]) -> None:
         for path in paths:  # oldest first, so a crash midway leaves a contiguous log
             path.unlink(missing_ok=True)
-        fsync_directory(self._directory)
+        fsync_dir(self._directory)
 
     # -- lifecycle -----------------------------------------------------------
 

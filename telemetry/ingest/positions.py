@@ -15,8 +15,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from exporters.cancellation import run_to_completion
-from telemetry.ingest.segment import fsync_directory
+from durable.cancellation import run_to_completion
+from durable.fs import fsync_dir
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -77,7 +77,7 @@ def save_positions(directory: Path, positions: Mapping[str, int]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, directory / FILE_NAME)
-    fsync_directory(directory)
+    fsync_dir(directory)
 
 
 class ConsumerPositions:

@@ -54,13 +54,17 @@ class FrameError(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PushContext:
     """What the server knows about an accepted push before the log positions it.
 
     The same fields as ``exporters.api.LoggedPush`` minus ``offset`` and
     ``payload``: the offset is assigned by the log at append time, and the
     payload is passed alongside so it is never copied into another object.
+
+    Not frozen, though nothing changes one once built: one is built per push,
+    and a frozen dataclass's ``__init__`` (an ``object.__setattr__`` per
+    field) cost more than the rest of its append.
     """
 
     client_instance_id: str
@@ -77,8 +81,40 @@ class PushContext:
     principal: str | None = None
 
 
-def _utf8(value: str | None) -> bytes | None:
-    return None if value is None else value.encode("utf-8")
+#: The seven strings of a push context, in the record's order.
+_Strings = tuple[str, str, str | None, str | None, str | None, str | None, str | None]
+
+
+class _EncodedStrings:
+    """The strings' lengths and UTF-8 bytes, by their values: a client's pushes repeat them.
+
+    Every push of an instance carries the same seven strings (its id, the
+    content type, its connection's client id, software, address and
+    principal), so each set is encoded once. Bounded: the cache is emptied
+    when it reaches ``max_entries``.
+    """
+
+    __slots__ = ("_entries", "max_entries")
+
+    def __init__(self, max_entries: int = 8192) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[_Strings, tuple[tuple[int, ...], bytes]] = {}
+
+    def get(self, strings: _Strings) -> tuple[tuple[int, ...], bytes]:
+        entry = self._entries.get(strings)
+        if entry is None:
+            encoded = [None if value is None else value.encode("utf-8") for value in strings]
+            entry = (
+                tuple(_NONE if value is None else len(value) for value in encoded),
+                b"".join(value for value in encoded if value),
+            )
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[strings] = entry
+        return entry
+
+
+_ENCODED_STRINGS = _EncodedStrings()
 
 
 def encode_frame(offset: int, context: PushContext, payload: bytes) -> tuple[bytes, int]:
@@ -92,14 +128,16 @@ def encode_frame(offset: int, context: PushContext, payload: bytes) -> tuple[byt
         ValueError: A field does not fit the format (an integer out of range,
             or a body over ``MAX_BODY``).
     """
-    strings = (
-        context.client_instance_id.encode("utf-8"),
-        context.content_type.encode("utf-8"),
-        _utf8(context.client_id),
-        _utf8(context.client_software_name),
-        _utf8(context.client_software_version),
-        _utf8(context.client_source_address),
-        _utf8(context.principal),
+    lengths, encoded = _ENCODED_STRINGS.get(
+        (
+            context.client_instance_id,
+            context.content_type,
+            context.client_id,
+            context.client_software_name,
+            context.client_software_version,
+            context.client_source_address,
+            context.principal,
+        )
     )
     flags = _TERMINATING if context.terminating else 0
     port = context.client_source_port
@@ -114,11 +152,11 @@ def encode_frame(offset: int, context: PushContext, payload: bytes) -> tuple[byt
             context.received_time_ms,
             context.push_interval_ms,
             0 if port is None else port,
-            *(_NONE if s is None else len(s) for s in strings),
+            *lengths,
         )
     except struct.error as exc:
         raise ValueError(f"push context does not fit the log format: {exc}") from exc
-    meta = fixed + b"".join(s for s in strings if s)
+    meta = fixed + encoded
     body_length = len(meta) + len(payload)
     if body_length > MAX_BODY:
         raise ValueError(f"record body of {body_length} bytes exceeds {MAX_BODY}")

@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from durable.fs import fsync_dir, make_dirs
 from telemetry.ingest.identity import load_or_create_log_id
 from telemetry.ingest.positions import load_positions
 from telemetry.ingest.record import FrameError, check_body
-from telemetry.ingest.segment import fsync_directory, iter_frames, list_segments, segment_name
+from telemetry.ingest.segment import iter_frames, list_segments, segment_name
 from telemetry.ingest.writer import SegmentState
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class Recovered:
 
 def recover(directory: Path) -> Recovered:
     """Bring ``directory`` to a consistent state (blocking: run in a thread)."""
-    _make_directories(directory)
+    make_dirs(directory)
     log_id = load_or_create_log_id(directory)
     positions = load_positions(directory)
     segments = [SegmentState(b, p, p.stat().st_size) for b, p in list_segments(directory)]
@@ -67,20 +68,9 @@ def recover(directory: Path) -> Recovered:
     if not segments or high > end:
         path = directory / segment_name(high)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
-        fsync_directory(directory)
+        fsync_dir(directory)
         segments.append(SegmentState(high, path, 0))
     return Recovered(segments, high, positions, truncated, log_id)
-
-
-def _make_directories(directory: Path) -> None:
-    """Create ``directory`` and its missing parents, each one durably named."""
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for path in reversed(missing):
-        path.mkdir(exist_ok=True)
-        fsync_directory(path.parent)
 
 
 def _verify(segment: SegmentState) -> tuple[int, int]:

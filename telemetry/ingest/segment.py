@@ -37,20 +37,6 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
     return found
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make creations, renames and deletions in ``directory`` durable.
-
-    ``fsync`` on a file covers its data and inode, not the directory entry
-    that names it: without this, a new segment (or the renamed positions
-    file) can vanish in a power loss even though its contents were synced.
-    """
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def iter_frames(fd: int, position: int, end: int) -> Iterator[tuple[int, bytes, int, int, int]]:
     """Walk the frames of an open segment from ``position`` up to byte ``end``.
 

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from telemetry.ingest.segment import fsync_directory, segment_name
+from durable.fs import fsync_dir
+from telemetry.ingest.segment import segment_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -96,7 +97,7 @@ class SegmentWriter:
         a power loss makes disappear.
         """
         fd = self._open(base)
-        fsync_directory(self._directory)
+        fsync_dir(self._directory)
         os.close(self._fd)
         self._fd, self._base, self._size = fd, base, 0
         self._stats.segments_rolled += 1

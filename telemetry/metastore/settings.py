@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from telemetry import toml_checks as toml
 from telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -72,11 +73,7 @@ class MetaSettings:
 
 def parse_meta(section: Mapping[str, Any]) -> MetaSettings:
     """The ``[meta]`` table (empty when absent); unknown keys and bad values are refused."""
-    for key in section:
-        if key not in _KEYS:
-            raise ConfigError(
-                f"meta.{key}", section[key], f"unknown key (known: {', '.join(sorted(_KEYS))})"
-            )
+    toml.refuse_unknown("meta.", section, set(_KEYS))
     store = _choice("meta.store", section.get("store", "local"), STORES)
     if store == "local":
         extra = sorted(set(section) - {"store"})
@@ -87,8 +84,8 @@ def parse_meta(section: Mapping[str, Any]) -> MetaSettings:
         return MetaSettings()
     if "bootstrap_servers" not in section:
         raise ConfigError("meta.bootstrap_servers", None, 'store = "kafka" needs HOST:PORT[,...]')
-    bootstrap = _string("meta.bootstrap_servers", section["bootstrap_servers"])
-    topic = _string("meta.topic", section.get("topic", DEFAULT_TOPIC))
+    bootstrap = toml.string("meta.bootstrap_servers", section["bootstrap_servers"])
+    topic = toml.string("meta.topic", section.get("topic", DEFAULT_TOPIC))
     if (
         topic in {".", ".."}
         or len(topic) > _MAX_TOPIC_LENGTH
@@ -103,7 +100,7 @@ def parse_meta(section: Mapping[str, Any]) -> MetaSettings:
     mechanism, username, password = _sasl(section, protocol)
     cafile: Path | None = None
     if "ssl_cafile" in section:
-        cafile = Path(_string("meta.ssl_cafile", section["ssl_cafile"]))
+        cafile = Path(toml.string("meta.ssl_cafile", section["ssl_cafile"]))
         if not cafile.is_file():
             raise ConfigError("meta.ssl_cafile", str(cafile), "no such file")
     timeout = section.get("startup_timeout_s", DEFAULT_STARTUP_TIMEOUT_S)
@@ -143,12 +140,6 @@ def _sasl(section: Mapping[str, Any], protocol: str) -> tuple[str | None, str | 
 def _choice(key: str, value: object, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ConfigError(key, value, f"expected one of {', '.join(choices)}")
-    return value
-
-
-def _string(key: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(key, value, "expected a non-empty string")
     return value
 
 

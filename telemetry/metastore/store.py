@@ -41,7 +41,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Final
 
-from telemetry.ingest.segment import fsync_directory
+from durable.fs import fsync_dir, make_dirs
 from telemetry.metastore.frames import FILE_MAGIC, encode_frame, read_file
 from telemetry.metastore.image import MetadataImage
 
@@ -142,8 +142,7 @@ class MetadataStore:
             raise ValueError(f"snapshot_interval_records must be >= 1: {snapshot_interval_records}")
         directory = data_dir / META_DIR
         if not directory.is_dir():
-            directory.mkdir(parents=True)
-            fsync_directory(directory.parent)
+            make_dirs(directory)
         for leftover in directory.glob(f"*{_TMP_SUFFIX}"):
             leftover.unlink()  # a snapshot that never reached its rename
         legacy: list[Path] = []
@@ -266,7 +265,7 @@ class MetadataStore:
                     path.unlink()
             for path in directory.glob(f"*{LEGACY_SUFFIX}"):
                 path.unlink()
-            fsync_directory(directory)
+            fsync_dir(directory)
         except OSError as error:
             # The log still holds every record, so the store stays usable; a
             # later snapshot retries. Only the bound on replay is delayed.
@@ -291,7 +290,7 @@ def _write_file(final: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
         raise
-    fsync_directory(final.parent)
+    fsync_dir(final.parent)
 
 
 def _open_segment(directory: Path, base: int) -> int:
@@ -318,7 +317,7 @@ def _rewrite_legacy(
     for path in legacy:
         if path.exists():  # a log that ended before its snapshot is already gone
             path.replace(path.with_name(path.name + LEGACY_SUFFIX))
-    fsync_directory(directory)
+    fsync_dir(directory)
     logger.warning(
         "metadata store %s: rewritten in format 2 at offset %d; the format-1 files are "
         "kept beside as *%s until the next snapshot",

@@ -1,7 +1,7 @@
 """SASL mechanisms for the Kafka listener: PLAIN and SCRAM-SHA-256/512, server side.
 
 Pure functions and small state machines over byte tokens; no I/O, no clock.
-The Kafka listener (``telemetry.kafka_security``) feeds them SaslAuthenticate
+The Kafka listener (``telemetry.kafka.authenticator``) feeds them SaslAuthenticate
 tokens through each connection's :class:`~telemetry.security.sasl_session.SaslSession`
 and maps :class:`SaslAuthenticationError` to Kafka's error 58. ``settings``
 holds the ``[security]`` values and ``tls`` the listeners' TLS (``cryptography``

@@ -20,15 +20,17 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from telemetry import toml_checks as toml
+from telemetry.errors import ConfigError
 from telemetry.security.plain import PLAIN
 from telemetry.security.scram import ScramMechanism
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
 #: Every mechanism kip714 serves, in the order SaslHandshake lists them.
 SASL_MECHANISMS: Final = (
@@ -132,3 +134,94 @@ class SecuritySettings:
     def enabled(self) -> bool:
         """Anything beyond the open default: SASL, TLS, or a ``[security]`` section."""
         return self.configured or self.kafka_tls is not None or self.http_tls is not None
+
+
+_SECURITY_KEYS = {
+    "sasl_mechanisms",
+    "plain_users",
+    "allow_anonymous",
+    "connections_max_reauth_ms",
+    "super_users",
+    "password_check_threads",
+    "failed_authentication_delay_ms",
+}
+
+
+def parse_security(
+    document: Mapping[str, Any], kafka: Mapping[str, Any], http: Mapping[str, Any]
+) -> SecuritySettings:
+    """``[security]`` plus ``[kafka.tls]`` / ``[http.tls]``; docs/security.md has the defaults."""
+    kafka_tls = _tls("kafka.tls", kafka["tls"]) if "tls" in kafka else None
+    http_tls = _tls("http.tls", http["tls"]) if "tls" in http else None
+    if "security" not in document:
+        return SecuritySettings(kafka_tls=kafka_tls, http_tls=http_tls)
+    found = toml.section("security", document, _SECURITY_KEYS)
+    mechanisms = toml.string_list(
+        "security.sasl_mechanisms", found.get("sasl_mechanisms", list(SASL_MECHANISMS))
+    )
+    for mechanism in mechanisms:
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                "security.sasl_mechanisms",
+                mechanisms,
+                f"unknown mechanism {mechanism!r} (known: {', '.join(SASL_MECHANISMS)})",
+            )
+    plain_users = {}
+    for name, secret in toml.table("security.plain_users", found.get("plain_users", {})).items():
+        key = f"security.plain_users.{name}"
+        try:
+            plain_users[name] = parse_password(toml.string(key, secret))
+        except ValueError as error:
+            raise ConfigError(key, "<hidden>", str(error)) from None
+    allow_anonymous = found.get("allow_anonymous", not mechanisms)
+    if not isinstance(allow_anonymous, bool):
+        raise ConfigError("security.allow_anonymous", allow_anonymous, "expected true or false")
+    client_certificates = kafka_tls is not None and kafka_tls.cafile is not None
+    if not allow_anonymous and not mechanisms and not client_certificates:
+        raise ConfigError(
+            "security.allow_anonymous",
+            False,
+            "nothing to authenticate with: enable sasl_mechanisms or kafka.tls.cafile",
+        )
+    super_users = toml.string_list("security.super_users", found.get("super_users", []))
+    for principal in super_users:
+        if not principal.startswith("User:") or principal == "User:":
+            raise ConfigError("security.super_users", super_users, "expected User:<name> entries")
+    return SecuritySettings(
+        configured=True,
+        sasl_mechanisms=tuple(dict.fromkeys(mechanisms)),
+        plain_users=MappingProxyType(plain_users),
+        allow_anonymous=allow_anonymous,
+        connections_max_reauth_ms=toml.integer(
+            "security.connections_max_reauth_ms", found.get("connections_max_reauth_ms", 0), 0
+        ),
+        super_users=tuple(super_users),
+        password_check_threads=toml.integer(
+            "security.password_check_threads", found.get("password_check_threads", 1), 1
+        ),
+        failed_authentication_delay_ms=toml.integer(
+            "security.failed_authentication_delay_ms",
+            found.get("failed_authentication_delay_ms", 100),
+            0,
+        ),
+        kafka_tls=kafka_tls,
+        http_tls=http_tls,
+    )
+
+
+def _tls(key: str, value: object) -> TlsSettings:
+    entries = toml.table(key, value)
+    toml.refuse_unknown(key + ".", entries, {"certfile", "keyfile", "cafile"})
+    paths: dict[str, Path] = {}
+    for name in ("certfile", "keyfile", "cafile"):
+        if name in entries:
+            path = Path(toml.string(f"{key}.{name}", entries[name]))
+            if not path.is_file():
+                raise ConfigError(f"{key}.{name}", str(path), "no such file")
+            paths[name] = path
+    for name in ("certfile", "keyfile"):
+        if name not in paths:
+            raise ConfigError(f"{key}.{name}", None, "TLS needs a certificate and its key")
+    return TlsSettings(
+        certfile=paths["certfile"], keyfile=paths["keyfile"], cafile=paths.get("cafile")
+    )

@@ -137,16 +137,23 @@ _CORRELATION_AND_CLIENT_ID_LENGTH: Final = struct.Struct(">ih")
 _PUSH_BODY_HEAD: Final = struct.Struct(">16sibb")
 
 
-def _decode_push_v0(frame: bytes) -> tuple[RequestHeader, PushTelemetryRequest] | None:
+#: A PushTelemetry v0 request's fields, as :func:`push_v0_fields` reads them: correlation id,
+#: client id, the instance id's 16 bytes, subscription id, terminating, compression type, metrics.
+PushV0Fields = tuple[int, str, bytes, int, bool, int, bytes]
+
+
+def push_v0_fields(frame: bytes) -> PushV0Fields | None:
     """PushTelemetry v0 in its common shape, in one pass: the hottest request by far.
 
-    Returns ``None`` for anything unusual (tagged fields, null or bad client
-    id, a multi-byte length quirk, trailing bytes), which the generic reader
-    then decodes or refuses with the precise error; the two agree on every
-    frame (``tests/telemetry/wire/test_push_fast_path.py``).
+    Plain values, no message objects: the Kafka listener hands them to the
+    ingress flow as they are. Returns ``None`` for anything unusual (another
+    key or version, tagged fields, null or bad client id, a multi-byte length
+    quirk, trailing bytes), which the generic reader then decodes or refuses
+    with the precise error; the two agree on every frame
+    (``tests/telemetry/wire/test_push_fast_path.py``).
     """
     size = len(frame)
-    if size < 10:
+    if size < 10 or frame[:4] != _PUSH_V0_PREFIX:
         return None
     correlation_id, client_id_length = _CORRELATION_AND_CLIENT_ID_LENGTH.unpack_from(frame, 4)
     position = 10 + client_id_length
@@ -174,6 +181,17 @@ def _decode_push_v0(frame: bytes) -> tuple[RequestHeader, PushTelemetryRequest] 
         return None
     if length_plus_one == 0 or position + length_plus_one != size or frame[size - 1] != 0:
         return None  # null metrics, or body tagged fields / trailing bytes: the generic path
+    metrics = frame[position : size - 1]
+    flag = terminating != 0
+    return correlation_id, client_id, instance, subscription_id, flag, compression_type, metrics
+
+
+def _decode_push_v0(frame: bytes) -> tuple[RequestHeader, PushTelemetryRequest] | None:
+    """:func:`push_v0_fields` as the generic reader's messages."""
+    fields = push_v0_fields(frame)
+    if fields is None:
+        return None
+    correlation_id, client_id, instance, subscription_id, terminating, compression, metrics = fields
     header = RequestHeader(
         api_key=ApiKey.PUSH_TELEMETRY,
         api_version=0,
@@ -183,11 +201,24 @@ def _decode_push_v0(frame: bytes) -> tuple[RequestHeader, PushTelemetryRequest] 
     request = PushTelemetryRequest(
         client_instance_id=UUID(bytes=instance),
         subscription_id=subscription_id,
-        terminating=terminating != 0,
-        compression_type=compression_type,
-        metrics=frame[position : size - 1],
+        terminating=terminating,
+        compression_type=compression,
+        metrics=metrics,
     )
     return header, request
+
+
+#: PushTelemetry v0's whole response: size, correlation id, the response header's empty
+#: tagged fields (v1, flexible), throttle time, error code, the body's empty tagged fields.
+_PUSH_RESPONSE_V0: Final = struct.Struct(">iibihb")
+_PUSH_RESPONSE_V0_SIZE: Final = _PUSH_RESPONSE_V0.size - SIZE_PREFIX.size
+
+
+def encode_push_response_v0(correlation_id: int, throttle_time_ms: int, error_code: int) -> bytes:
+    """``encode_response`` of a PushTelemetry v0 response, in one ``pack`` (the hot path)."""
+    return _PUSH_RESPONSE_V0.pack(
+        _PUSH_RESPONSE_V0_SIZE, correlation_id, 0, throttle_time_ms, error_code, 0
+    )
 
 
 def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Request]:

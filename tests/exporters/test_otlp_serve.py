@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 
 from tests.exporters.support import PRODUCERS_INTO_JSONL
 from tests.telemetry.serve_process import ServeProcess
-from tests.telemetry.test_serve import rows, wait_until
+from tests.telemetry.server.test_serve import rows, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -13,9 +13,9 @@ from exporters.api import TransientExportError
 from exporters.parquet import ParquetExporter
 from exporters.parquet.pool import WorkerHandle
 from exporters.parquet.worker import WorkerConfig
-from telemetry.config import ExporterSettings
-from telemetry.exporter_host import ExporterHost
 from telemetry.ingest import IngestLog
+from telemetry.server.config import ExporterSettings
+from telemetry.server.exporter_host import ExporterHost
 from tests.exporters.parquet_support import every_file_reads, land_async, parquet_files, read_rows
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
 from tests.telemetry.ingest.support import context

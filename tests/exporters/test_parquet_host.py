@@ -8,9 +8,9 @@ import time
 from typing import TYPE_CHECKING
 
 from exporters.parquet import ParquetExporter
-from telemetry.config import ExporterSettings
-from telemetry.exporter_host import ExporterHost
 from telemetry.ingest import IngestLog
+from telemetry.server.config import ExporterSettings
+from telemetry.server.exporter_host import ExporterHost
 from tests.exporters.parquet_support import every_file_reads, read_rows
 from tests.exporters.support import PRODUCER_PUSH
 from tests.telemetry.ingest.support import context

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from durable.fs import make_dirs
 from exporters.parquet import publish
 from exporters.parquet.worker import WorkerConfig, WorkerLanding
 from tests.exporters.parquet_support import every_file_reads, land_async, read_rows
@@ -89,7 +90,7 @@ def test_crash_after_the_manifest_rolls_forward(tmp_path: Path, renamed: int) ->
     publish.write_manifest(tmp_path, manifest)
     for file in manifest.files[:renamed]:  # some renames done before the crash
         target = tmp_path / file.final
-        publish.make_dirs(target.parent)
+        make_dirs(target.parent)
         (publish.staging_dir(tmp_path) / file.staged).rename(target)
     recovery = publish.recover(tmp_path)
     assert recovery.durable_offset == 4

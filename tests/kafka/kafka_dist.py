@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from telemetry.client_uuid import Uuid
+from telemetry.core.client_uuid import Uuid
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_VERSION = "4.4.0"

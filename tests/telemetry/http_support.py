@@ -27,7 +27,7 @@ from telemetry.errors import ErrorCode
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http.throttle import MAX_MUTED_ENTITIES
-from telemetry.kafka_listener import wall_clock_ms
+from telemetry.ingress import wall_clock_ms
 from telemetry.wire import GetTelemetrySubscriptionsResponse, PushTelemetryResponse
 from tests.telemetry.kafka_wire_client import IO_TIMEOUT_S, LOOPBACK, ZERO_ID
 
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from exporters.api import LoggedPush
+    from telemetry.core.manager import TelemetryManager
     from telemetry.ingest import IngestLog
-    from telemetry.manager import TelemetryManager
     from tests.telemetry.kafka_wire_client import ManualClock, Server
 
 TIMEOUT = aiohttp.ClientTimeout(total=IO_TIMEOUT_S)

@@ -30,13 +30,14 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ScopeMetrics,
 )
 
-from telemetry.codecs import CompressionType
+from telemetry.core.codecs import CompressionType
+from telemetry.core.manager import TelemetryManager
+from telemetry.core.settings import TelemetryConfig
 from telemetry.enforcement import Enforcement
 from telemetry.errors import ErrorCode
 from telemetry.ingest import IngestLog, LogConfig
-from telemetry.kafka_listener import KafkaListener, KafkaListenerConfig
-from telemetry.manager import TelemetryManager
-from telemetry.telemetry_config import TelemetryConfig
+from telemetry.kafka.listener import KafkaListener
+from telemetry.kafka.settings import KafkaListenerConfig
 from telemetry.wire import (
     SIZE_PREFIX,
     ApiKey,

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from telemetry.bootstrap import Server
-from telemetry.config import load_settings
 from telemetry.errors import ErrorCode
+from telemetry.server.bootstrap import Server
+from telemetry.server.config import load_settings
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 
 if TYPE_CHECKING:

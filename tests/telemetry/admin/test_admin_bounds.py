@@ -35,7 +35,7 @@ from tests.telemetry.server_support import running
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
     from telemetry.wire.admin_apis import AdminRequest
 
 TOO_MANY = MAX_ADMIN_ITEMS + 1
@@ -65,7 +65,7 @@ async def test_a_300000_resource_describe_configs_is_refused_at_its_count(
 ) -> None:
     async with running(tmp_path, "") as server:
         assert server.listener is not None
-        with caplog.at_level(logging.WARNING, "telemetry.kafka_connection"):
+        with caplog.at_level(logging.WARNING, "telemetry.kafka.connection"):
             client = await _send(server, AdminApiKey.DESCRIBE_CONFIGS, 4, _describe(300_000))
             try:
                 closed = await client.closed_by_server()

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from telemetry.admin.cli import split_configs
-from telemetry.cli import main
+from telemetry.cli.main import main
 from tests.telemetry.server_support import running
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 STATIC = '[subscriptions.base]\nmetrics = ["org.apache.kafka.producer."]\n"interval.ms" = 60000\n'
 

@@ -12,7 +12,7 @@ from tests.telemetry.server_support import running
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 STATIC = '[subscriptions.base]\nmetrics = ["org.apache.kafka.producer."]\n"interval.ms" = 60000\n'
 CHANGE = json.dumps({"set": {"interval.ms": 1000}})

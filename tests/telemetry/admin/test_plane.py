@@ -12,9 +12,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from telemetry.admin.authorizer import Authorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.plane import AdminPlane, merge_quotas
 from telemetry.admin.settings import AdminSettings
+from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import (
     ClientQuotas,
     ClientQuotaSettings,
@@ -25,7 +27,6 @@ from telemetry.enforcement import (
 )
 from telemetry.errors import ErrorCode
 from telemetry.metastore import MetadataStore
-from telemetry.subscriptions import SubscriptionRegistry
 from telemetry.wire.config_messages import AlterableConfig, AlterConfigsResource
 
 if TYPE_CHECKING:
@@ -154,8 +155,7 @@ async def test_without_a_token_the_http_admin_api_is_off_off_loopback(tmp_path: 
         add_admin_routes(
             app,
             _plane(store, SubscriptionRegistry()),
-            settings=AdminSettings(),
-            http_host="192.0.2.1",
+            authorizer=Authorizer.from_settings(AdminSettings(), http_host="192.0.2.1"),
             quotas=ClientQuotas(QuotaSettings()),
             clock=lambda: 0,
         )

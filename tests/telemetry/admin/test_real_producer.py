@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from exporters.api import LoggedPush
-    from telemetry.bootstrap import Server
+    from telemetry.server.bootstrap import Server
 
 CONFIG = (
     '[subscriptions.telemetry]\nmetrics = ["org.apache.kafka.producer."]\n"interval.ms" = 1000\n'

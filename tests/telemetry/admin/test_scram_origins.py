@@ -10,13 +10,13 @@ import pytest
 
 from telemetry.metastore import MetadataStore, UserScramCredentialRecord
 from telemetry.wire.scram_messages import AlterUserScramCredentialsRequest
-from tests.telemetry.kafka_wire_client import WireClient
-from tests.telemetry.security.test_kafka_security_listener import (
+from tests.telemetry.kafka.test_kafka_security_listener import (
     SECURED,
     alter,
     login,
     upsertion,
 )
+from tests.telemetry.kafka_wire_client import WireClient
 from tests.telemetry.server_support import running
 
 if TYPE_CHECKING:

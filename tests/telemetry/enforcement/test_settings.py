@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from telemetry.config import settings_from_mapping
 from telemetry.enforcement import (
     ClientQuotaSettings,
     IpQuotaSettings,
@@ -15,6 +14,7 @@ from telemetry.enforcement import (
     QuotaSettings,
 )
 from telemetry.errors import ConfigError
+from telemetry.server.config import settings_from_mapping
 
 EXAMPLE = """
 [quotas]

@@ -8,6 +8,7 @@ import pytest
 
 from exporters.api import LoggedPush
 from telemetry.ingest import PushContext
+from telemetry.ingest import record as record_module
 from telemetry.ingest.record import HEADER, FrameError, decode_body, encode_frame
 from tests.telemetry.ingest.support import INSTANCE_ID, context, payload
 
@@ -83,3 +84,20 @@ def test_values_that_do_not_fit_are_refused() -> None:
     ctx = dataclasses.replace(context(1), client_source_port=2**40)
     with pytest.raises(ValueError, match="does not fit"):
         encode_frame(0, ctx, b"")
+
+
+def test_strings_encoded_once_per_client_still_round_trip_past_the_cache_bound() -> None:
+    # More distinct clients than the encoded-strings cache keeps, each twice:
+    # every record decodes to its own strings, cached or not.
+    clients = record_module._ENCODED_STRINGS.max_entries + 50
+    for round_ in range(2):
+        for seq in range(0, clients, 97):
+            ctx = dataclasses.replace(context(seq), client_id=f"client-{seq}-é")
+            record = _decode(_frame(seq + round_, ctx, payload(seq)), seq + round_)
+            assert record.client_id == f"client-{seq}-é"
+            assert record.client_source_address == ctx.client_source_address
+    for seq in range(clients):
+        record_module._ENCODED_STRINGS.get((f"i{seq}", "OTLP", None, None, None, None, None))
+    assert (
+        len(record_module._ENCODED_STRINGS._entries) <= record_module._ENCODED_STRINGS.max_entries
+    )

@@ -10,14 +10,10 @@ from pathlib import Path
 
 import scramp
 
-from telemetry.metastore import (
-    MetadataStore,
-    UserScramCredentialRecord,
-    alter_client_metrics,
-    alter_client_quotas,
-    describe_client_metrics,
-    describe_client_quotas,
-)
+from telemetry.admin.client_metrics_alter import alter_client_metrics
+from telemetry.admin.precedence import describe_client_metrics
+from telemetry.admin.quota_alter import alter_client_quotas, describe_client_quotas
+from telemetry.metastore import MetadataStore, UserScramCredentialRecord
 from telemetry.security import ScramMechanism, ScramServer, credential_from_salted_password
 from telemetry.wire import RequestHeader
 from telemetry.wire.admin_apis import decode_admin_request, encode_admin_response

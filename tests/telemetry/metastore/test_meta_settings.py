@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from telemetry.config import settings_from_mapping
 from telemetry.errors import ConfigError
 from telemetry.metastore.settings import MetaSettings, parse_meta
+from telemetry.server.config import settings_from_mapping
 from tests.kafka.kafka_dist import free_port
 
 if TYPE_CHECKING:

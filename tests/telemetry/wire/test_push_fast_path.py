@@ -9,11 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from telemetry.wire import (
+    ApiKey,
     MalformedFrameError,
     PushTelemetryRequest,
+    PushTelemetryResponse,
     RequestHeader,
     decode_request,
+    encode_push_response_v0,
     encode_request,
+    encode_response,
+    push_v0_fields,
 )
 from telemetry.wire import frames as wire_frames
 from telemetry.wire.headers import read_request_header_prefix
@@ -81,3 +86,37 @@ def test_unusual_client_ids_go_the_generic_way(client_id: str | None) -> None:
     )  # fmt: skip
     frame = encode_request(header, request)[4:]
     assert decode_request(frame) == (header, request)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    st.integers(min_value=0, max_value=2**31 - 1),
+    st.integers(min_value=-(2**15), max_value=2**15 - 1),
+)
+def test_the_push_response_in_one_pack_is_encode_response(
+    correlation_id: int, throttle_time_ms: int, error_code: int
+) -> None:
+    response = PushTelemetryResponse(throttle_time_ms=throttle_time_ms, error_code=error_code)
+    expected = encode_response(correlation_id, ApiKey.PUSH_TELEMETRY, 0, response)
+    assert encode_push_response_v0(correlation_id, throttle_time_ms, error_code) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(headers(72, 0), push_telemetry_requests())
+def test_the_push_fields_are_the_decoded_request(header: RequestHeader, request: object) -> None:
+    assert isinstance(request, PushTelemetryRequest)
+    frame = encode_request(header, request)[4:]
+    fields = push_v0_fields(frame)
+    if fields is None:  # null metrics, a null client id: the generic reader's shapes
+        assert request.metrics_was_null or header.client_id is None
+        return
+    assert fields == (
+        header.correlation_id,
+        header.client_id,
+        request.client_instance_id.bytes,
+        request.subscription_id,
+        request.terminating,
+        request.compression_type,
+        request.metrics,
+    )

@@ -1,0 +1,237 @@
+"""``kip714 lake``: see and tend the Iceberg landing without writing code.
+
+The lake is found the way ``kip714 serve`` finds it: ``--config`` (its
+``[lake]`` section or an ``iceberg`` exporter's options) and ``--data-dir``
+(default ``./kip714-data``; the lake defaults to ``<data_dir>/lake/``).
+Every command is a client of the catalog: it works beside running servers,
+and what it changes is an ordinary Iceberg commit. Errors are one line and
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.exceptions import NoSuchTableError
+
+from exporters.iceberg.importer import import_parquet
+from exporters.iceberg.lake import lake_location, open_catalog, open_table
+from exporters.iceberg.maintenance import (
+    MaintenanceStats,
+    compact,
+    expire_snapshots,
+    remove_orphan_files,
+)
+from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
+from telemetry.errors import ConfigError
+from telemetry.server.config import load_settings
+from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE, lake_options
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+    from exporters.iceberg.lake import LakeLocation
+
+__all__ = ["main"]
+
+_PROG = "kip714 lake"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Look at the Iceberg landing (tables, snapshots, SQL) and maintain it.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="the server's TOML configuration")
+    parser.add_argument("--data-dir", metavar="DIR", help="the server's --data-dir")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.add_parser("tables", help="the lake's tables: rows, files, snapshots, location")
+    snapshots = commands.add_parser("snapshots", help="a table's snapshots, newest first")
+    snapshots.add_argument("--table", default=METRICS_TABLE, choices=[METRICS_TABLE, PUSHES_TABLE])
+    snapshots.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    compact_cmd = commands.add_parser(
+        "compact", help="rewrite each closed receive hour with several files as one sorted file"
+    )
+    compact_cmd.add_argument(
+        "--after-hours", type=int, default=1, help="hours an hour must be over (default 1)"
+    )
+    expire = commands.add_parser(
+        "expire", help="expire old snapshots, then delete files no snapshot references"
+    )
+    expire.add_argument("--older-than-hours", type=int, required=True, metavar="N")
+    query = commands.add_parser(
+        "query", help='run SQL with DuckDB over the tables (views "metrics" and "pushes")'
+    )
+    query.add_argument("sql", help="the SQL statement")
+    query.add_argument(
+        "--where",
+        metavar="FILTER",
+        help="an Iceberg row filter applied when scanning, e.g. \"received_time >= '2026-11-25'\"",
+    )
+    importer = commands.add_parser(
+        "import-parquet",
+        help="append a parquet landing's files (DIR/metrics/) to the lake, once",
+    )
+    importer.add_argument("--from", dest="source", metavar="DIR", help="default: --data-dir")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    try:
+        location, data_dir, node_id = _lake_of(args.config, args.data_dir)
+        catalog = open_catalog(location)
+        if args.command == "import-parquet":
+            source = Path(args.source) if args.source else data_dir
+            return import_command(catalog, location, source, node_id or _node_of(source))
+        commands = {
+            "tables": lambda: tables(catalog, location),
+            "snapshots": lambda: snapshots(_table(catalog, location, args.table), args.limit),
+            "compact": lambda: compact_tables(catalog, location, args.after_hours),
+            "expire": lambda: expire(catalog, location, args.older_than_hours),
+            "query": lambda: query(catalog, location, args.sql, args.where),
+        }
+        return commands[args.command]()
+    except (ConfigError, NoSuchTableError, OSError, ValueError) as error:
+        print(f"{_PROG} {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _lake_of(config: str | None, data_dir: str | None) -> tuple[LakeLocation, Path, str | None]:
+    """The lake, the data directory and the configured node id, as ``kip714 serve`` sees them."""
+    settings = load_settings(config, data_dir=data_dir)
+    for exporter in settings.exporters:
+        if exporter.type == LAKE_EXPORTER_TYPE:
+            options = exporter.options
+            path = options.get("path")
+            return (
+                lake_location(options, Path(path) if path else settings.data_dir),
+                settings.data_dir,
+                options.get("node_id"),
+            )
+    import tomllib  # noqa: PLC0415 -- only a config without an iceberg exporter needs it
+
+    document: dict[str, Any] = {}
+    if config is not None:
+        document = tomllib.loads(Path(config).read_text())
+    options = lake_options(document)
+    return lake_location(options, settings.data_dir), settings.data_dir, options.get("node_id")
+
+
+def _node_of(data_dir: Path) -> str:
+    from exporters.iceberg.exporter import node_id_in  # noqa: PLC0415
+
+    return node_id_in(data_dir)
+
+
+def _table(catalog: Catalog, location: LakeLocation, name: str) -> Table:
+    return catalog.load_table((location.namespace, name))
+
+
+def _existing(catalog: Catalog, location: LakeLocation) -> list[Table]:
+    found = []
+    for name in (METRICS_TABLE, PUSHES_TABLE):
+        try:
+            found.append(_table(catalog, location, name))
+        except NoSuchTableError:
+            continue
+    return found
+
+
+def tables(catalog: Catalog, location: LakeLocation) -> int:
+    found = _existing(catalog, location)
+    if not found:
+        print(f"no tables in namespace {location.namespace} (nothing landed yet)")
+    for table in found:
+        current = table.current_snapshot()
+        summary = current.summary.additional_properties if current and current.summary else {}
+        print(
+            f"{'.'.join(table.name())}: {summary.get('total-records', '0')} rows, "
+            f"{summary.get('total-data-files', '0')} files, "
+            f"{len(table.metadata.snapshots)} snapshots, {table.location()}"
+        )
+    return 0
+
+
+def snapshots(table: Table, limit: int) -> int:
+    history = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms, reverse=True)
+    for snapshot in history[:limit]:
+        summary = snapshot.summary
+        props = summary.additional_properties if summary else {}
+        when = dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC)
+        node = props.get("kip714.node-id")
+        offsets = f"{props.get('kip714.offset-start')}..{props.get('kip714.offset-end')}"
+        what = f"node {node} offsets {offsets}" if node else "maintenance or import"
+        operation = summary.operation.value if summary else "?"
+        print(
+            f"{snapshot.snapshot_id}  {when:%Y-%m-%d %H:%M:%S}Z  {operation:<9} "
+            f"+{props.get('added-records', '0')} rows  {what}"
+        )
+    return 0
+
+
+def compact_tables(catalog: Catalog, location: LakeLocation, after_hours: int) -> int:
+    stats = MaintenanceStats()
+    for table in _existing(catalog, location):
+        compact(table, after_hours, int(time.time() * 1000), stats)
+    print(
+        f"compacted {stats.hours_compacted} hour(s), {stats.files_compacted} file(s) rewritten"
+        + (f"; {stats.conflicts} hour(s) changed meanwhile, retry later" if stats.conflicts else "")
+    )
+    return 0
+
+
+def expire(catalog: Catalog, location: LakeLocation, older_than_hours: int) -> int:
+    if older_than_hours < 1:
+        raise ValueError("--older-than-hours must be at least 1")
+    now_ms = int(time.time() * 1000)
+    expired = removed = 0
+    for table in _existing(catalog, location):
+        expired += expire_snapshots(table, older_than_hours, now_ms)
+        removed += remove_orphan_files(table.refresh(), older_than_hours, now_ms)
+    print(f"expired {expired} snapshot(s), deleted {removed} unreferenced file(s)")
+    return 0
+
+
+def query(catalog: Catalog, location: LakeLocation, sql: str, where: str | None) -> int:
+    import duckdb  # noqa: PLC0415 -- only this command needs DuckDB
+
+    connection = duckdb.connect()
+    for table in _existing(catalog, location):
+        scan = table.scan(row_filter=where) if where else table.scan()
+        connection.register(table.name()[-1], scan.to_arrow())
+    try:
+        result: Any = connection.sql(sql)  # None for a statement without rows
+    except duckdb.Error as error:
+        raise ValueError(f"DuckDB: {error}") from error
+    if result is None:
+        return 0
+    columns = result.columns
+    rows = result.fetchall()
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join("" if v is None else str(v) for v in row))
+    return 0
+
+
+def import_command(catalog: Catalog, location: LakeLocation, source: Path, node_id: str) -> int:
+    table = open_table(catalog, location.namespace, METRICS_TABLE)
+    report = import_parquet(table, source, node_id)
+    print(
+        f"imported {report.files_imported} file(s) ({report.rows} rows, {report.commits} "
+        f"commit(s)); {report.files_skipped} already imported"
+        + (
+            f"; {report.refused_counts} data point(s) refused (count > 2^63-1)"
+            if report.refused_counts
+            else ""
+        )
+    )
+    return 0

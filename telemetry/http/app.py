@@ -1,0 +1,52 @@
+"""The HTTP front door (aiohttp): liveness, readiness, Prometheus metrics, forwarded pushes.
+
+The composition root adds the ingestion routes (``telemetry.http``:
+OTLP/HTTP and KIP-714 over HTTP) to this app.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from telemetry.http.forward import FORWARD_PATH
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from prometheus_client import CollectorRegistry
+
+    from telemetry.http.forward import ForwardHandler
+
+
+def create_app(
+    registry: CollectorRegistry,
+    health: Callable[[], dict[str, object]],
+    readiness: Callable[[], list[str]] | None = None,
+    forward: ForwardHandler | None = None,
+) -> web.Application:
+    """``GET /healthz`` (liveness), ``/readyz`` (readiness), ``/metrics``, the forward route.
+
+    ``/healthz`` answers 200 while the process runs, with the details in its
+    JSON; ``/readyz`` answers 503 with the reasons while the server cannot
+    take or land pushes (see ``Server.readiness``), 200 otherwise.
+    """
+    app = web.Application()
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response(health())
+
+    async def readyz(request: web.Request) -> web.Response:
+        reasons = readiness() if readiness is not None else []
+        return web.json_response(
+            {"ready": not reasons, "reasons": reasons}, status=503 if reasons else 200
+        )
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    if forward is not None:
+        app.router.add_post(FORWARD_PATH, forward.handle)
+    return app

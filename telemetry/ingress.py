@@ -1,0 +1,370 @@
+"""The one KIP-714 request flow every front door calls, so each answers the same way.
+
+A door (the Kafka listener, the HTTP routes) reads its transport into a
+request's fields and a :class:`RequestQuota` that charges its client, then
+calls :class:`Ingress`: admit a new client instance (KIP-599, strict) →
+charge the request (KIP-124 request time, produce-style push bytes) →
+validate (:class:`~telemetry.core.manager.TelemetryManager`) → decompress,
+in a thread above :data:`INLINE_DECOMPRESSED_BYTES` → append to the ingest
+log → complete the push from the log's future. The door turns the outcome
+(or a future of it) back into its transport's answer. What the client is
+told when the log refuses a push is decided here, once (:func:`refused_append`).
+
+The manager learns a push's outcome from the log's (and the decompression's)
+future callbacks, never from the door's coroutine, so a door cancelled while
+waiting (a client gone, a server stopping) still leaves the instance in the
+state the log decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
+
+from telemetry.core.manager import (
+    AcceptedPush,
+    DeferredPush,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryResponse,
+)
+from telemetry.errors import ErrorCode, TelemetryError, ThrottlingQuotaExceededError
+from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from telemetry.core.client_instance import ClientInstanceMetadata, RequestContext
+    from telemetry.core.client_uuid import Uuid
+    from telemetry.core.manager import TelemetryManager
+
+__all__ = [
+    "DECOMPRESSION_NICENESS",
+    "DECOMPRESSION_THREADS",
+    "INLINE_DECOMPRESSED_BYTES",
+    "RETRY_LATER_MS",
+    "Ingress",
+    "PushFields",
+    "PushLog",
+    "PushOrigin",
+    "RequestQuota",
+    "complete_failed_append",
+    "decompression_outcome",
+    "lower_thread_priority",
+    "push_context",
+    "refused_append",
+    "wall_clock_ms",
+]
+
+_log = logging.getLogger(__name__)
+
+#: The throttle of a push the log could not take for a reason other than room.
+RETRY_LATER_MS = 1000
+
+#: Decompressed output produced on the event loop (≈0.1–0.5 ms of zstd or
+#: gzip); a payload expanding further goes to the decompression threads.
+#: librdkafka's pushes are 1.5–3 KiB decompressed.
+INLINE_DECOMPRESSED_BYTES: Final = 256 * 1024
+#: Threads for large decompressions. Each holds at most one output of
+#: ``max_decompressed_bytes``; waiting pushes hold only their compressed bytes
+#: (one per connection, since a connection answers one request at a time).
+#: One thread: large pushes are the exception, and a second would let them
+#: take every core of a small machine from the event loop.
+DECOMPRESSION_THREADS: Final = 1
+#: Scheduling niceness of the decompression threads (Linux schedules threads
+#: individually): under contention the event loop, answering everybody's
+#: small pushes, gets the CPU first.
+DECOMPRESSION_NICENESS: Final = 10
+
+
+def wall_clock_ms() -> int:
+    """Kafka's ``time.milliseconds()``: the push gates and the landing use wall time."""
+    return time.time_ns() // 1_000_000
+
+
+class PushLog(Protocol):
+    """Where accepted pushes go before they are acknowledged (the ingest log)."""
+
+    def append_nowait(
+        self, context: PushContext, payload: bytes
+    ) -> tuple[int, asyncio.Future[None]]: ...
+
+
+def lower_thread_priority() -> None:
+    """Runs first in each decompression thread: nice only this thread (Linux), if allowed."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DECOMPRESSION_NICENESS)
+
+
+def refused_append(error: BaseException) -> tuple[ErrorCode, int]:
+    """The error code and throttle time for a push the log refused or failed.
+
+    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time; a
+    record over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89
+    with 1 s, retryable for every client (87 would switch their telemetry off).
+    """
+    if isinstance(error, LogFullError):
+        _log.warning("refusing a push: %s", error.reason)
+        return ErrorCode.THROTTLING_QUOTA_EXCEEDED, error.throttle_time_ms
+    if isinstance(error, RecordTooLargeError):
+        return ErrorCode.TELEMETRY_TOO_LARGE, 0
+    _log.error("the ingest log could not take a push: %r", error)
+    return ErrorCode.THROTTLING_QUOTA_EXCEEDED, RETRY_LATER_MS
+
+
+def complete_failed_append(
+    manager: TelemetryManager, accepted: AcceptedPush, error: BaseException
+) -> PushTelemetryResponse:
+    """Complete a push the log refused or failed; the error code tells the client when to retry."""
+    code, throttle_time_ms = refused_append(error)
+    return manager.complete_push(accepted, code, throttle_time_ms=throttle_time_ms)
+
+
+def decompression_outcome(future: asyncio.Future[bytes | TelemetryError]) -> bytes | TelemetryError:
+    """What a finished decompression thread means for its push.
+
+    Codec refusals come back as values (``DeferredPush.outcome``); a
+    cancelled future (the server stopping) or an exception (a bug, a
+    MemoryError) is logged here, once, and answered as retryable.
+    """
+    if future.cancelled():
+        return ThrottlingQuotaExceededError("the server is stopping")
+    error = future.exception()
+    if error is not None:
+        _log.error("decompressing a push failed", exc_info=error)
+        return ThrottlingQuotaExceededError(f"decompression failed: {error}")
+    return future.result()
+
+
+class PushOrigin(Protocol):
+    """Who sent a push and through what: a Kafka connection's request context, a forwarded push."""
+
+    @property
+    def client_id(self) -> str | None: ...
+    @property
+    def client_software_name(self) -> str | None: ...
+    @property
+    def client_software_version(self) -> str | None: ...
+    @property
+    def client_source_address(self) -> str | None: ...
+    @property
+    def client_source_port(self) -> int | None: ...
+    @property
+    def principal(self) -> str | None: ...
+
+
+def push_context(
+    *,
+    client_instance_id: Uuid | str,
+    subscription_id: int,
+    received_ms: int,
+    push_interval_ms: int | None,
+    terminating: bool,
+    origin: PushOrigin,
+    first: ClientInstanceMetadata | None = None,
+    content_type: str | None = None,
+) -> PushContext:
+    """The push's context as the log keeps it, whichever door took the push.
+
+    A Kafka connection carries its client id and software on every request;
+    an HTTP client may send them once, with its GetTelemetrySubscriptions:
+    given the instance's ``first`` request, what the push does not say comes
+    from there. Unknown (``None``) interval is 0; content type defaults to OTLP.
+    """
+    return PushContext(
+        client_instance_id=str(client_instance_id),
+        subscription_id=subscription_id,
+        received_time_ms=received_ms,
+        push_interval_ms=push_interval_ms or 0,
+        terminating=terminating,
+        content_type=content_type or "OTLP",
+        # Kafka reads a null client id as ""; the log keeps "absent" as None.
+        client_id=origin.client_id or (first.client_id if first else None) or None,
+        client_software_name=origin.client_software_name
+        or (first.client_software_name if first else None),
+        client_software_version=origin.client_software_version
+        or (first.client_software_version if first else None),
+        client_source_address=origin.client_source_address or None,
+        client_source_port=origin.client_source_port,
+        principal=origin.principal,
+    )
+
+
+class RequestQuota(Protocol):
+    """How a door charges one request to its client's quotas; each returns a throttle in ms."""
+
+    def admit_instance_creation(self, now_ms: int) -> int:
+        """Draw a token for a new client instance (KIP-599, strict); > 0: refused, wait this."""
+        ...
+
+    def finish(
+        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+    ) -> int:
+        """Record the request (its time so far, its bytes): the throttle its response carries."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PushFields:
+    """A PushTelemetry request's fields, whatever the transport."""
+
+    client_instance_id: Uuid | None
+    subscription_id: int
+    terminating: bool
+    compression_type: int
+    #: None: a null metrics field (Kafka), nothing to log.
+    metrics: bytes | None
+
+
+#: A refusal for want of an instance-creation token: Kafka's ``getErrorResponse``.
+THROTTLED_GET: Final = GetTelemetrySubscriptionsResponse(
+    error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+)
+
+#: A push's outcome now, or once the log (and a decompression thread) decided it.
+PushOutcome = PushTelemetryResponse | asyncio.Future[PushTelemetryResponse]
+
+
+class Ingress:
+    """The flow of GetTelemetrySubscriptions and PushTelemetry, shared by every door."""
+
+    __slots__ = ("_inherit", "decompressor", "log", "manager")
+
+    def __init__(
+        self,
+        manager: TelemetryManager,
+        log: PushLog,
+        decompressor: Executor | None,
+        *,
+        inherit: bool = False,
+    ) -> None:
+        self.manager = manager
+        self.log = log
+        #: Threads for payloads expanding past the inline limit; None: the loop's default.
+        self.decompressor = decompressor
+        self._inherit = inherit
+
+    def get_subscriptions(
+        self,
+        client_instance_id: Uuid,
+        context: RequestContext,
+        quota: RequestQuota,
+        now_ms: int,
+    ) -> tuple[GetTelemetrySubscriptionsResponse, int]:
+        """The answer and the throttle its response carries."""
+        manager = self.manager
+        if manager.creates_instance(client_instance_id, now_ms):
+            # KIP-599 strict: a new instance costs a token; in deficit, nothing is created.
+            refused_ms = quota.admit_instance_creation(now_ms)
+            if refused_ms > 0:
+                return THROTTLED_GET, quota.finish(now_ms, mutation_throttle_ms=refused_ms)
+        answer = manager.get_telemetry_subscriptions(client_instance_id, context, now_ms)
+        return answer, max(answer.throttle_time_ms, quota.finish(now_ms))
+
+    def push(
+        self, fields: PushFields, context: RequestContext, quota: RequestQuota, now_ms: int
+    ) -> tuple[PushOutcome, int]:
+        """The outcome (or its future) and the quota throttle, recorded before any wait.
+
+        The request time recorded is the event loop's so far: a deferred
+        decompression runs in a thread, and waiting for the fsync is not work.
+        """
+        manager = self.manager
+        instance_id = fields.client_instance_id
+        # The bytes as received, accepted or not (Kafka's produce quota
+        # records every request; an over-quota push is still accepted).
+        push_bytes = len(fields.metrics) if fields.metrics is not None else 0
+        if (
+            instance_id is not None
+            and not instance_id.is_reserved
+            and manager.creates_instance(instance_id, now_ms)
+        ):
+            # A push with an unknown id makes an instance as a GET does (Kafka's
+            # ClientMetricsManager), so it draws from the same strict bucket:
+            # otherwise made-up ids would be a way around it.
+            refused_ms = quota.admit_instance_creation(now_ms)
+            if refused_ms > 0:
+                throttle_ms = quota.finish(
+                    now_ms, push_bytes=push_bytes, mutation_throttle_ms=refused_ms
+                )
+                refusal = PushTelemetryResponse(
+                    throttle_time_ms=throttle_ms, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+                )
+                return refusal, throttle_ms
+        outcome = manager.validate_push(
+            client_instance_id=instance_id,
+            subscription_id=fields.subscription_id,
+            terminating=fields.terminating,
+            compression_type=fields.compression_type,
+            metrics=fields.metrics,
+            context=context,
+            now_ms=now_ms,
+            inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
+        )
+        quota_ms = quota.finish(now_ms, push_bytes=push_bytes)
+        if isinstance(outcome, DeferredPush):
+            return self._decompress(outcome), quota_ms
+        if isinstance(outcome, AcceptedPush):
+            return self.log_push(outcome), quota_ms
+        return outcome, quota_ms
+
+    def log_push(self, accepted: AcceptedPush) -> PushOutcome:
+        """Append an accepted push; completed (in the manager too) from the log's future."""
+        manager = self.manager
+        if not accepted.data:
+            return manager.complete_push(accepted)  # null or empty metrics: nothing to log
+        try:
+            context = push_context(
+                client_instance_id=accepted.client_instance_id,
+                subscription_id=accepted.subscription_id,
+                received_ms=accepted.received_ms,
+                push_interval_ms=accepted.push_interval_ms,
+                terminating=accepted.terminating,
+                origin=accepted.context,
+                first=accepted.metadata if self._inherit else None,
+            )
+            _, durable = self.log.append_nowait(context, accepted.data)
+        except Exception as error:
+            return complete_failed_append(manager, accepted, error)
+        answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
+
+        def done(durable: asyncio.Future[None]) -> None:
+            error = asyncio.CancelledError() if durable.cancelled() else durable.exception()
+            if error is None:
+                outcome = manager.complete_push(accepted)
+            else:
+                outcome = complete_failed_append(manager, accepted, error)
+            _settle(answer, outcome)
+
+        durable.add_done_callback(done)
+        return answer
+
+    def _decompress(self, deferred: DeferredPush) -> asyncio.Future[PushTelemetryResponse]:
+        """Decompress in a thread, then log; the manager hears the outcome exactly once."""
+        loop = asyncio.get_running_loop()
+        decompressed = loop.run_in_executor(self.decompressor, deferred.outcome)
+        answer: asyncio.Future[PushTelemetryResponse] = loop.create_future()
+
+        def done(future: asyncio.Future[bytes | TelemetryError]) -> None:
+            result = self.manager.finish_deferred(deferred, decompression_outcome(future))
+            if not isinstance(result, AcceptedPush):
+                _settle(answer, result)
+                return
+            logged = self.log_push(result)
+            if isinstance(logged, PushTelemetryResponse):
+                _settle(answer, logged)
+            else:
+                logged.add_done_callback(lambda f: _settle(answer, f.result()))
+
+        decompressed.add_done_callback(done)
+        return answer
+
+
+def _settle(answer: asyncio.Future[PushTelemetryResponse], outcome: PushTelemetryResponse) -> None:
+    if not answer.done():  # a door that stopped waiting cancelled it: the outcome stands
+        answer.set_result(outcome)

@@ -1,0 +1,480 @@
+"""One Kafka-protocol connection: framing, ordering, muting and backpressure.
+
+An ``asyncio.BufferedProtocol`` rather than streams: the listener answers thousands
+of pushes a second on one event loop, and a reader task plus ``drain()`` per
+request cost more than the request. Frames are split out of one buffer and
+handled strictly one at a time, in order, as a Kafka broker mutes a channel
+while its request is in flight; a push waiting for the ingest log completes
+through a callback, not a task.
+
+Reads land in one scratch buffer of the listener's and are copied once into
+the connection's buffer. A paused connection is offered a one-byte buffer:
+uvloop starts reading right after ``connection_made`` whatever it was told,
+and may deliver a read after ``pause_reading``, so what a paused connection
+can take is one byte, not a whole read.
+
+Memory per connection is bounded: reading pauses while a frame is in flight
+and more than a few frames (or more than one maximal frame) are buffered,
+and while the peer does not read its responses. Across connections, the
+bytes held (partial frames included) count against the listener's
+``queued_max_request_bytes`` pool, which pauses readers when it is full.
+Reading is paused for any of several reasons at once (a backlog, a mute, the
+memory pool, a delayed admission) and resumes when none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, cast
+
+from telemetry.core.client_instance import RequestContext
+from telemetry.core.client_uuid import Uuid
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
+from telemetry.security.sasl_session import SaslSession
+from telemetry.wire import SIZE_PREFIX, MalformedFrameError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from telemetry.enforcement import EntitySensors, RequestMemoryPool
+
+_log = logging.getLogger(__name__)
+
+#: Frames buffered beyond the one in flight before reading pauses.
+MAX_QUEUED_FRAMES = 8
+#: Instance ids a connection keeps as objects (librdkafka pushes one per connection).
+MAX_INSTANCE_IDS = 64
+
+# Why reading is paused (bits): it resumes when none is left.
+_BACKLOG = 1  # frames queued up, or more than a frame buffered
+_MUTED = 2  # a throttle is being served (KIP-219)
+_MEMORY = 4  # the queued_max_request_bytes pool is full
+_ADMISSION = 8  # the acceptor delays the connection (creation rate) or will close it
+
+
+class CloseConnectionError(Exception):
+    """The request cannot be answered; close the connection (Kafka does the same)."""
+
+
+_NO_CLIENT_ID = ClientEntity(ANONYMOUS_USER, "")
+
+
+@dataclass(slots=True)
+class ConnectionState:
+    """Who is on the other end: what KIP-714 identifies a client instance by."""
+
+    connection_id: str
+    address: str
+    port: int
+    client_id: str = ""
+    software_name: str | None = None
+    software_version: str | None = None
+    _context: RequestContext | None = None
+    #: Who the quotas charge: User:ANONYMOUS until SASL or a client certificate says otherwise.
+    entity: ClientEntity = _NO_CLIENT_ID
+    #: The principal's name (``alice`` for ``User:alice``): the quota user entity.
+    user: str = ANONYMOUS_USER
+    #: The SASL state when the listener has SASL enabled.
+    sasl: SaslSession | None = None
+    #: Set with a response after which the connection closes (a failed SASL step).
+    closing: str | None = None
+    #: The quota sensors of ``entity``, resolved once (``ClientQuotas.sensors``).
+    quota_sensors: EntitySensors | None = None
+    #: The instance ids this connection used, by their 16 wire bytes: see :meth:`instance_id`.
+    _instance_ids: dict[bytes, Uuid] | None = None
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
+    @property
+    def user_is_anonymous(self) -> bool:
+        return self.user == ANONYMOUS_USER
+
+    def identify(self, client_id: str) -> None:
+        if client_id != self.client_id:
+            self.client_id = client_id
+            self.entity = ClientEntity(self.user, client_id)
+            self._context = None
+
+    def authenticate(self, user: str) -> None:
+        """The principal is now ``User:<user>``: quotas, context and landing follow it."""
+        if user != self.user:
+            self.user = user
+            self.entity = ClientEntity(user, self.client_id)
+            self._context = None
+
+    def software(self, name: str, version: str) -> None:
+        self.software_name = name
+        self.software_version = version
+        self._context = None
+
+    def instance_id(self, raw: bytes) -> Uuid:
+        """The ``Uuid`` of 16 wire bytes, the same object for every push of an instance here.
+
+        The manager's maps then find it by identity, without comparing ids,
+        and it is built once per instance, not per push. At most
+        :data:`MAX_INSTANCE_IDS` are kept (a connection serves a few clients).
+        """
+        known = self._instance_ids
+        if known is None:
+            known = self._instance_ids = {}
+        uuid = known.get(raw)
+        if uuid is None:
+            uuid = Uuid.from_bytes(raw)
+            self._remember(raw, uuid)
+        return uuid
+
+    def remember_instance_id(self, uuid: Uuid) -> None:
+        """An id the server handed out here: its own object is the one pushes will use."""
+        if self._instance_ids is None:
+            self._instance_ids = {}
+        self._remember(uuid.to_bytes(), uuid)
+
+    def _remember(self, raw: bytes, uuid: Uuid) -> None:
+        known = self._instance_ids
+        assert known is not None
+        if len(known) >= MAX_INSTANCE_IDS:
+            known.clear()
+        known[raw] = uuid
+
+    def context(self) -> RequestContext:
+        """The request context, rebuilt only when the client's identity changes."""
+        if self._context is None:
+            self._context = RequestContext(
+                client_id=self.client_id,
+                client_source_address=self.address,
+                client_source_port=self.port,
+                client_software_name=self.software_name,
+                client_software_version=self.software_version,
+                connection_id=self.connection_id,
+                principal=self.principal,
+            )
+        return self._context
+
+
+class PendingResponse(Protocol):
+    """A response that completes later (a push waiting to be durable)."""
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None: ...
+
+
+class FrameHandler(Protocol):
+    """The listener side: turns one request frame into a response."""
+
+    max_frame_bytes: int
+    request_memory: RequestMemoryPool
+    #: Where every connection's reads land (one event loop reads one at a time).
+    read_buffer: memoryview
+
+    def handle_frame(
+        self, state: ConnectionState, frame: bytes
+    ) -> tuple[bytes, int] | PendingResponse: ...
+
+    def connection_eof(self, connection: KafkaConnection) -> None:
+        """The peer closed its side: work only it could use (a password check) may be dropped."""
+        ...
+
+    def connection_opened(self, connection: KafkaConnection) -> None: ...
+
+    def connection_active(self, connection: KafkaConnection) -> None: ...
+
+    def connection_closed(self, connection: KafkaConnection, reason: str) -> None: ...
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    """Serves one client connection; see the module docstring."""
+
+    def __init__(self, handler: FrameHandler, state_factory: Callable[[str, int], ConnectionState]):
+        self._handler = handler
+        self._state_factory = state_factory
+        self.state = ConnectionState("", "", 0)
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._frames: collections.deque[bytes] = collections.deque()
+        self._frame_bytes = 0  # bytes of the frames in _frames
+        self._held = 0  # bytes counted against the memory pool
+        self._busy = False  # a request in flight, or the channel muted
+        self._eof = False
+        self._closed = False
+        self._paused = 0  # why reading is paused (the bits above)
+        self._writing_paused = False
+        self._mute: asyncio.TimerHandle | None = None
+        self._in_flight = False  # a pending response (a push waiting for the log)
+        self._idle: asyncio.Future[None] | None = None  # made only when asked: see idle
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        self._transport = cast("asyncio.Transport", transport)
+        peer = self._transport.get_extra_info("peername") or ("", 0)
+        self.state = self._state_factory(str(peer[0]), int(peer[1]))
+        if not self._handler.request_memory.register(self):
+            self._pause(_MEMORY)
+        self._handler.connection_opened(self)
+        if self._paused:
+            # uvloop starts reading after connection_made returns, whatever
+            # pause_reading said inside it: pause again once it has.
+            asyncio.get_running_loop().call_soon(self._repause)
+
+    def _repause(self) -> None:
+        if self._paused and not self._closed and self._transport is not None:
+            self._transport.pause_reading()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        buffer = self._handler.read_buffer
+        # Paused (the transport reads anyway, see the module docstring): one byte at most.
+        return buffer[:1] if self._paused else buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._closed:
+            return
+        read = self._handler.read_buffer
+        if not self._buffer and not self._paused and not self._frames and nbytes > SIZE_PREFIX.size:
+            # The usual read: exactly one whole request, nothing held before it.
+            # Copied once, straight from the read buffer (no append, no delete).
+            (size,) = SIZE_PREFIX.unpack_from(read)
+            if nbytes == SIZE_PREFIX.size + size and size <= self._handler.max_frame_bytes:
+                self._frames.append(bytes(read[SIZE_PREFIX.size : nbytes]))
+                self._frame_bytes += size
+                self._pump()
+                self._count_held()
+                return
+        self._buffer += read[:nbytes]
+        if self._paused:
+            self._repause()
+            if self._paused & _ADMISSION:
+                # Not admitted yet: keep the byte, never serve it.
+                self._count_held()
+                return
+        if self._split_frames():
+            self._pump()
+        self._count_held()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._handler.connection_eof(self)
+        self._pump()
+        return True  # we close once the requests already read are answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            self._closed = True
+            self._finish("reset" if exc is not None else "eof")
+        if self._mute is not None:
+            self._mute.cancel()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # -- pausing, from the listener and its limits -------------------------------------------
+
+    def hold(self) -> None:
+        """Read nothing until :meth:`admit` (an acceptor delay, or a close to come)."""
+        self._pause(_ADMISSION)
+
+    def admit(self) -> None:
+        self._unpause(_ADMISSION)
+
+    def pause_for_memory(self) -> bool:
+        """Pause unless in the middle of a frame, which holds its memory and reads on."""
+        if len(self._buffer) >= SIZE_PREFIX.size and not self._closed:
+            return False
+        self._pause(_MEMORY)
+        return True
+
+    def resume_for_memory(self) -> None:
+        self._unpause(_MEMORY)
+
+    @property
+    def ssl_object(self) -> object:
+        """The TLS session (``ssl.SSLObject``) on a TLS listener, else None."""
+        if self._transport is None:
+            return None
+        ssl_object: object = self._transport.get_extra_info("ssl_object")
+        return ssl_object
+
+    @property
+    def idle(self) -> asyncio.Future[None]:
+        """Done when no request is in flight (a shutdown drain waits for it).
+
+        Made when asked, not per request: a drain is rare, requests are not.
+        """
+        idle = self._idle
+        if idle is None:
+            idle = self._idle = asyncio.get_running_loop().create_future()
+            if not self._in_flight:
+                idle.set_result(None)
+        return idle
+
+    @property
+    def busy(self) -> bool:
+        """A request in flight or a throttle being served: not idle, whatever the clock says."""
+        return self._busy
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._pump()
+        self._count_held()
+
+    # -- framing and ordering ----------------------------------------------------------------
+
+    def _split_frames(self) -> bool:
+        buffer = self._buffer
+        limit = self._handler.max_frame_bytes
+        while len(buffer) >= SIZE_PREFIX.size:
+            (size,) = SIZE_PREFIX.unpack_from(buffer)
+            if size < 0 or size > limit:
+                self.close("malformed", f"frame size {size} outside 0..{limit}")
+                return False
+            end = SIZE_PREFIX.size + size
+            if len(buffer) < end:
+                break
+            self._frames.append(bytes(buffer[SIZE_PREFIX.size : end]))
+            self._frame_bytes += size
+            del buffer[:end]
+        if len(self._frames) > MAX_QUEUED_FRAMES or len(buffer) > limit + SIZE_PREFIX.size:
+            self._pause(_BACKLOG)
+        return True
+
+    def _count_held(self) -> None:
+        """Tell the memory pool what this connection holds: its frames, and the one it started.
+
+        A started frame counts with its declared size, as Kafka allocates a
+        whole request from its pool once it has read the size.
+        """
+        held = 0
+        if not self._closed:
+            buffer = self._buffer
+            held = self._frame_bytes + len(buffer)
+            if len(buffer) >= SIZE_PREFIX.size:
+                held = self._frame_bytes + SIZE_PREFIX.size + SIZE_PREFIX.unpack_from(buffer)[0]
+        delta = held - self._held
+        pool = self._handler.request_memory
+        if delta or pool.exhausted:
+            self._held = held
+            pool.change(delta)
+
+    def _pump(self) -> None:
+        """Answer queued frames in order until one must wait (a push, a mute, a full socket)."""
+        while self._frames and not self._busy and not self._closed and not self._writing_paused:
+            frame = self._frames.popleft()
+            self._frame_bytes -= len(frame)
+            try:
+                result = self._handler.handle_frame(self.state, frame)
+            except (MalformedFrameError, CloseConnectionError) as error:
+                reason = "malformed" if isinstance(error, MalformedFrameError) else "refused"
+                self.close(reason, str(error))
+                return
+            if isinstance(result, tuple):
+                self._respond(*result)
+            else:
+                self._busy = self._in_flight = True
+                if self._idle is not None and self._idle.done():
+                    self._idle = None  # the next drain waits for this request
+                result.add_done_callback(self._completed)
+                return
+        if self._closed:
+            return
+        if (
+            self._paused & _BACKLOG
+            and len(self._frames) <= MAX_QUEUED_FRAMES // 2
+            and not self._busy
+        ):
+            self._unpause(_BACKLOG)
+        if self._eof and not self._frames and not self._busy:
+            self.close("truncated" if self._buffer else "eof")
+
+    def _completed(self, outcome: tuple[bytes, int]) -> None:
+        self._busy = self._in_flight = False
+        if self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
+        if self._closed:
+            return
+        self._respond(*outcome)
+        self._pump()
+        self._count_held()
+
+    def _respond(self, response: bytes, throttle_time_ms: int) -> None:
+        assert self._transport is not None
+        self._transport.write(response)
+        if self.state.closing is not None:
+            self.close("refused", self.state.closing)  # closing flushes the response first
+            return
+        self._handler.connection_active(self)
+        if throttle_time_ms > 0:
+            # KIP-219: the response goes out first, then the channel is muted:
+            # nothing more is read or answered until the throttle has passed.
+            self._busy = True
+            self._pause(_MUTED)
+            self._mute = asyncio.get_running_loop().call_later(
+                throttle_time_ms / 1000, self._unmute
+            )
+
+    def _unmute(self) -> None:
+        self._mute = None
+        self._busy = False
+        self._unpause(_MUTED)
+        # The throttle was the server's doing: the idle clock starts again now.
+        self._handler.connection_active(self)
+        self._pump()
+        self._count_held()
+
+    def _pause(self, reason: int) -> None:
+        if not self._paused and self._transport is not None and not self._closed:
+            self._transport.pause_reading()
+        self._paused |= reason
+
+    def _unpause(self, reason: int) -> None:
+        if not self._paused & reason:
+            return
+        self._paused &= ~reason
+        if not self._paused and self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def close(self, reason: str, detail: str | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if detail is not None:
+            _log.warning(
+                "closing connection %s from %s:%s: %s",
+                self.state.connection_id,
+                self.state.address,
+                self.state.port,
+                detail,
+            )
+        if self._transport is not None:
+            self._transport.close()
+        self._finish(reason)
+
+    def abort(self) -> None:
+        """Drop the socket now, unsent data included: a closing peer that stopped reading
+        would otherwise keep it open (and the server's shutdown waiting) for good."""
+        self.close("shutdown")
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _finish(self, reason: str) -> None:
+        self._frames.clear()
+        self._frame_bytes = 0
+        self._buffer.clear()
+        if self._mute is not None:
+            self._mute.cancel()
+            self._mute = None
+        self._handler.request_memory.unregister(self, self._held)
+        self._held = 0
+        self._handler.connection_closed(self, reason)

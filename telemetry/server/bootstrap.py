@@ -1,0 +1,565 @@
+"""The composition root: settings in, a running server out.
+
+The only module that knows every part: it opens the ingest log, builds the
+telemetry manager from the configured subscriptions, loads the exporters
+through their entry points, starts a host per exporter, then the Kafka and
+HTTP listeners. Shutdown runs the other way round, so nothing is accepted
+that cannot be logged, and nothing logged is abandoned by an exporter
+without its position being committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from exporters import registry as exporter_registry
+from exporters.retention import PeriodicRetention
+from telemetry.admin.authorizer import Authorizer, is_loopback
+from telemetry.admin.http_routes import add_admin_routes
+from telemetry.admin.kafka_handlers import KafkaAdminHandlers
+from telemetry.admin.plane import AdminPlane
+from telemetry.admin.scram import ScramAdmin
+from telemetry.admin.scram_origins import warn_about_unsecured_scram_users
+from telemetry.core.manager import TelemetryManager
+from telemetry.core.subscriptions import SubscriptionRegistry
+from telemetry.enforcement import Enforcement
+from telemetry.enforcement.descriptors import descriptor_limit, fit_to_descriptors
+from telemetry.errors import ConfigError
+from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
+from telemetry.http.app import create_app
+from telemetry.http.authentication import HttpAuthenticator
+from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
+from telemetry.http.forward import ForwardHandler
+from telemetry.http.forward_payload import ForwardCollector
+from telemetry.http.memory import HttpRequestMemory
+from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
+from telemetry.http.routes import RUNNER_OPTIONS
+from telemetry.ingest import IngestLog
+from telemetry.ingress import wall_clock_ms
+from telemetry.kafka.authenticator import KafkaSecurity
+from telemetry.kafka.listener import KafkaListener
+from telemetry.metastore import MetadataStoreError
+from telemetry.metastore.opening import open_store, store_location
+from telemetry.security.password_checks import PasswordChecks
+from telemetry.security.tls import server_context
+from telemetry.server.config import ExporterSettings, Settings, load_settings
+from telemetry.server.data_dir_lock import DataDirLock
+from telemetry.server.exporter_host import ExporterHost
+from telemetry.server.self_metrics import ServerCollector, make_registry
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+    from pathlib import Path
+
+    from exporters.api import Exporter
+    from telemetry.core.subscriptions import Subscription
+    from telemetry.metastore.backend import MetadataBackend
+    from telemetry.security.settings import SecuritySettings, TlsSettings
+
+_log = logging.getLogger(__name__)
+
+#: How often idle client instances are swept out of the cache.
+EXPIRY_SWEEP_S = 1.0
+#: The Spark rollups' output, ``<data_dir>/rollups/<name>/date=…/hour=…/`` (docs/rollups.md).
+ROLLUPS_DIR = "rollups"
+
+
+class StartupError(Exception):
+    """kip714 could not start: one line naming the part (and its address or path) and why."""
+
+
+def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
+    reason = os.strerror(error.errno) if error.errno and error.errno > 0 else str(error)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return StartupError(
+        f"the {listener} listener ({listener}.listen) cannot listen on {address}: {reason}"
+    )
+
+
+def create_exporter(settings: ExporterSettings) -> Exporter:
+    """Load the plugin through its entry point; a bad name or option is a ``ConfigError``."""
+    key = f"exporters.{settings.name}"
+    try:
+        return exporter_registry.create(settings.name, settings.type, settings.options)
+    except exporter_registry.ExporterNotFoundError as error:
+        raise ConfigError(f"{key}.type", settings.type, str(error)) from None
+    except exporter_registry.RegistryError as error:
+        raise ConfigError(f"{key}.options", dict(settings.options), str(error)) from None
+
+
+def _describe(settings: ExporterSettings) -> str:
+    """``name(type path)``: the startup line names every path the server writes to."""
+    path = settings.options.get("path")
+    where = f" {os.path.abspath(path)}" if isinstance(path, str) else ""
+    return f"{settings.name}({settings.type}{where})"
+
+
+def subscription_registry(subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
+    registry = SubscriptionRegistry()
+    for subscription in subscriptions:
+        registry.put(subscription)
+    return registry
+
+
+def rollup_retention(rollups: Path, retention_hours: int) -> PeriodicRetention:
+    """Prunes each rollup ``rollups/<name>/``; ``_checkpoints`` and hidden names are no rollups."""
+
+    def tables() -> list[Path]:
+        if not rollups.is_dir():
+            return []
+        return sorted(
+            path
+            for path in rollups.iterdir()
+            if path.is_dir() and not path.name.startswith(("_", "."))
+        )
+
+    return PeriodicRetention("rollups", tables, retention_hours)
+
+
+def tls_context(listener: str, settings: TlsSettings | None) -> ssl.SSLContext | None:
+    """The listener's TLS context; a certificate or key that does not load stops the start."""
+    if settings is None:
+        return None
+    try:
+        return server_context(settings)
+    except (ssl.SSLError, OSError) as error:
+        raise StartupError(
+            f"{listener}.tls: cannot load {settings.certfile} / {settings.keyfile}"
+            f"{f' / {settings.cafile}' if settings.cafile else ''}: {error}"
+        ) from error
+
+
+def describe_security(settings: SecuritySettings) -> str:
+    """The startup line's ``security=`` part: what protects the listeners."""
+    if not settings.enabled:
+        return "none(every principal may read and alter)"
+    parts = []
+    if settings.sasl_enabled:
+        parts.append("sasl=" + "+".join(settings.sasl_mechanisms))
+    if settings.kafka_tls is not None:
+        parts.append("kafka_tls" + ("+client_certs" if settings.kafka_tls.cafile else ""))
+    if settings.http_tls is not None:
+        parts.append("http_tls" + ("+client_certs" if settings.http_tls.cafile else ""))
+    parts.append(f"anonymous={'allowed' if settings.allow_anonymous else 'refused'}")
+    return ",".join(parts)
+
+
+def warn_about_exposure(settings: Settings) -> None:
+    """Say at start what an unauthenticated peer can reach (docs/security.md)."""
+    security = settings.security
+    if not security.enabled:
+        exposed = [
+            f"{name}={host}"
+            for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
+            if not is_loopback(host)
+        ]
+        if exposed:
+            _log.warning(
+                "listening beyond loopback (%s) without [security]: any peer that can "
+                "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
+                ", ".join(exposed),
+            )
+
+
+class Server:
+    """kip714 as one object: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, settings: Settings) -> None:
+        # Connections never take the descriptors the log, landing and metastore need.
+        settings = replace(settings, limits=fit_to_descriptors(settings.limits, descriptor_limit()))
+        self.settings = settings
+        #: Who may do what, for every door (Kafka admin, SCRAM, HTTP admin, forward).
+        self.authorizer = Authorizer.from_settings(
+            settings.admin, http_host=settings.http_host, forward_token=settings.forward.token
+        )
+        self.manager = TelemetryManager(
+            settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
+        )
+        self.enforcement = Enforcement(settings.quotas, settings.limits)
+        self.log: IngestLog | None = None
+        self.listener: KafkaListener | None = None
+        #: The metadata store applied on top of the file (``telemetry.admin``).
+        self.admin: AdminPlane | None = None
+        #: What the HTTP listener's admission and timeouts did (also on /metrics).
+        self.http_connections: HttpConnectionStats | None = None
+        #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
+        self.password_checks: PasswordChecks | None = None
+        self.hosts: list[ExporterHost] = []
+        self._runner: web.AppRunner | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.http_address: tuple[str, int] | None = None
+        self._serving = False
+        self._data_dir_lock: DataDirLock | None = None
+        self.rollup_retention: PeriodicRetention | None = None
+        self.stopping = False
+        #: Failures of the log or an exporter seen while running (sticky): exit status 1.
+        self.failures: dict[str, str] = {}
+
+    async def start(self) -> None:
+        """Build the exporters, lock the data directory, then open and start the rest.
+
+        Raises:
+            DataDirLockedError: Another process owns the data directory;
+                nothing was opened.
+        """
+        settings = self.settings
+        # Build every exporter before touching the disk: a typo fails fast.
+        exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
+        self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
+        await self._open_admin_plane()
+        try:
+            self.log = await IngestLog.open(settings.log_dir, settings.log)
+        except (OSError, ValueError) as error:
+            raise StartupError(f"ingest log {settings.log_dir}: {error}") from error
+        for exporter_settings, exporter in exporters:
+            host = ExporterHost(exporter_settings, exporter, self.log)
+            self.hosts.append(host)
+            try:
+                await host.start()
+            except Exception as error:  # a plugin's own failure, reported as one line
+                _log.debug("exporter %s failed to start", host.name, exc_info=True)
+                raise StartupError(f"exporters.{host.name} could not start: {error}") from error
+        await self._unregister_removed_exporters()
+        if settings.rollups_retention_hours is not None:
+            self.rollup_retention = rollup_retention(
+                settings.data_dir / ROLLUPS_DIR, settings.rollups_retention_hours
+            )
+            self.rollup_retention.start()
+        assert self.admin is not None
+        security = settings.security
+        # One metadata store for the server: the admin plane opened it above.
+        self.password_checks = PasswordChecks(security.password_check_threads)
+        kafka_security = KafkaSecurity(
+            security,
+            self.admin.store,
+            wall_clock_ms,
+            scram_admin=ScramAdmin(
+                self.authorizer,
+                self.admin.store,
+                quotas=self.enforcement.clients,
+                clock=wall_clock_ms,
+            ),
+            checks=self.password_checks,
+        )
+        self.listener = KafkaListener(
+            settings.kafka,
+            self.manager,
+            self.log,
+            enforcement=self.enforcement,
+            admin=KafkaAdminHandlers(
+                self.admin,
+                self.authorizer,
+                self.enforcement,
+                wall_clock_ms,
+            ),
+            security=kafka_security,
+            ssl_context=tls_context("kafka", security.kafka_tls),
+        )
+        try:
+            # Bound now, served once the metadata store (SCRAM credentials) is open.
+            kafka_address = await self.listener.start(serve=False)
+        except OSError as error:
+            raise _cannot_listen(
+                "kafka", settings.kafka.host, settings.kafka.port, error
+            ) from error
+        await self._start_http()
+        assert self.http_address is not None
+        await self.listener.serve()
+        self._sweeper = asyncio.create_task(self._sweep_expired(), name="instance-expiry")
+        self._serving = True
+        _log.info(
+            "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
+            "exporters=%s security=%s",
+            *kafka_address,
+            *self.listener.advertised_address,
+            *self.http_address,
+            os.path.abspath(settings.data_dir),
+            os.path.abspath(settings.log_dir),
+            ",".join(_describe(h.settings) for h in self.hosts) or "none",
+            describe_security(security),
+        )
+        warn_about_exposure(settings)
+
+    async def _start_http(self) -> None:
+        """The HTTP listener: health, metrics, the ingestion, forward and admin routes."""
+        settings = self.settings
+        security = settings.security
+        assert self.listener is not None
+        assert self.log is not None
+        assert self.admin is not None
+        collector = ServerCollector(
+            self.manager,
+            self.listener,
+            self.log,
+            self.hosts,
+            self.rollup_retention,
+            readiness=self.readiness,
+        )
+        registry = make_registry(collector)
+        # The same client quotas as the Kafka listener's (SIGHUP applies to all).
+        http_quotas = HttpQuotas(self.enforcement.clients)
+        ingest = HttpIngest(
+            manager=self.manager,
+            log=self.log,
+            decompressor=self.listener.decompressor,
+            quotas=http_quotas,
+            memory=HttpRequestMemory(self.enforcement.request_memory, settings.http.memory_wait_ms),
+        )
+        registry.register(HttpIngestCollector(ingest.stats))
+        store_stats = getattr(self.admin.store, "stats", None)
+        if store_stats is not None:  # the shared Kafka topic: this node's lag behind it
+            from telemetry.metastore.kafka_log_metrics import MetadataLogCollector  # noqa: PLC0415
+
+            registry.register(MetadataLogCollector(store_stats))
+        forward = ForwardHandler(
+            self.log,
+            settings.forward,
+            settings.telemetry.max_decompressed_bytes,
+            http_quotas,
+            authorizer=self.authorizer,
+            decompressor=self.listener.decompressor,
+            memory=ingest.memory,
+        )
+        registry.register(ForwardCollector(forward.stats))
+        app = create_app(registry, self.health, self.readiness, forward)
+        store = self.admin.store
+        assert self.password_checks is not None  # made with the Kafka listener's security
+        authenticator = HttpAuthenticator(
+            security,
+            lambda mechanism, user: store.image.scram_credentials.get(
+                (user, mechanism.mechanism_id)
+            ),
+            self.password_checks,
+        )
+        app.middlewares.append(authenticator.middleware)
+        add_ingest_routes(app, ingest)
+        add_admin_routes(
+            app,
+            self.admin,
+            authorizer=self.authorizer,
+            quotas=self.enforcement.clients,
+            clock=wall_clock_ms,
+        )
+        # An idle keep-alive connection closes after connections_max_idle_ms, as on Kafka.
+        idle_s = settings.limits.connections_max_idle_ms / 1000
+        self._runner = web.AppRunner(app, **RUNNER_OPTIONS, keepalive_timeout=idle_s)
+        await self._runner.setup()
+        gate = HttpConnectionGate(
+            self.enforcement.connections,
+            wall_clock_ms,
+            header_timeout_ms=settings.http.header_timeout_ms,
+            body_timeout_ms=settings.http.body_timeout_ms,
+        )
+        registry.register(HttpConnectionCollector(gate.stats))
+        self.http_connections = gate.stats
+        site = GatedTCPSite(
+            self._runner,
+            settings.http_host,
+            settings.http_port,
+            gate=gate,
+            ssl_context=tls_context("http", security.http_tls),
+        )
+        try:
+            await site.start()
+        except OSError as error:
+            raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
+        http = self._runner.addresses[0]
+        self.http_address = (str(http[0]), int(http[1]))
+
+    @property
+    def metastore(self) -> MetadataBackend | None:
+        """The metadata store (dynamic changes, SCRAM credentials) while the server runs."""
+        return self.admin.store if self.admin is not None else None
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight pushes, drain and close exporters, close the log.
+
+        Every step runs even if an earlier one raised or was cancelled (each
+        is bounded), so one stuck exporter cannot keep the others from
+        committing nor the log from closing; a cancellation of ``stop`` is
+        re-raised once all of them are done.
+        """
+        self.stopping = True
+        self._note_failures()
+        cancelled: asyncio.CancelledError | None = None
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("instance expiry", self._stop_sweeper),
+            # A change waiting for the Kafka cluster must not hold up the listeners' drain.
+            ("metadata changes in flight", self._interrupt_metadata_changes),
+        ]
+        if self.listener is not None:
+            steps.append(("kafka listener", self.listener.close))
+        if self._runner is not None:
+            steps.append(("http listener", self._runner.cleanup))
+        steps.append(("password checks", self._close_password_checks))
+        if self.rollup_retention is not None:
+            steps.append(("rollup retention", self.rollup_retention.stop))
+        steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
+        if self.log is not None:
+            steps.append(("ingest log", self.log.close))
+        steps.append(("metadata store", self._close_admin_plane))
+        if self._data_dir_lock is not None:
+            steps.append(("data directory lock", self._release_data_dir))
+        for name, step in steps:
+            try:
+                await step()
+            except asyncio.CancelledError as error:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # stop() itself is being cancelled: finish the (bounded) steps first.
+                    _log.warning("stopping: cancelled during %s; finishing the other steps", name)
+                    cancelled = error
+                else:  # a step raised CancelledError of its own: a failure of that step
+                    _log.error("stopping: %s was cancelled; carrying on with the rest", name)
+            except Exception:
+                _log.exception("stopping: %s failed; carrying on with the rest", name)
+        self._note_failures()
+        if self._serving:  # a failed start ends with its one error line, nothing after it
+            _log.info("kip714 stopped")
+        if cancelled is not None:
+            raise cancelled
+
+    async def _open_admin_plane(self) -> None:
+        """Open the metadata store (replayed, or its topic read to its end); run by it from now."""
+        settings = self.settings
+        try:
+            store = await asyncio.to_thread(open_store, settings.meta, settings.data_dir)
+        except (OSError, MetadataStoreError) as error:
+            where = store_location(settings.meta, settings.data_dir)
+            raise StartupError(f"metadata store {where}: {error}") from error
+        self.admin = AdminPlane(
+            store,
+            self.manager.subscriptions,
+            self.enforcement,
+            static_subscriptions=settings.subscriptions,
+            static_quotas=settings.quotas,
+            limits=settings.limits,
+        )
+        try:
+            self.admin.apply()
+        except Exception as error:  # a stored value this version refuses
+            raise StartupError(f"metadata store {store.location}: {error}") from error
+        self.admin.follow_store()
+        warn_about_unsecured_scram_users(store.image, settings.security.configured)
+
+    async def _close_password_checks(self) -> None:
+        checks, self.password_checks = self.password_checks, None
+        if checks is not None:
+            checks.close()
+
+    async def _interrupt_metadata_changes(self) -> None:
+        if self.admin is not None:
+            self.admin.store.interrupt()
+
+    async def _close_admin_plane(self) -> None:
+        admin, self.admin = self.admin, None
+        if admin is not None:
+            await asyncio.to_thread(admin.store.close)
+
+    async def _release_data_dir(self) -> None:
+        lock, self._data_dir_lock = self._data_dir_lock, None
+        if lock is not None:
+            lock.release()
+
+    async def _stop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            # wait(), not `await task` under suppress(CancelledError): that would
+            # also swallow a cancellation of stop() itself.
+            await asyncio.wait({self._sweeper})
+
+    def _note_failures(self) -> None:
+        """Remember failures of the log and of exporters: they decide the exit status."""
+        if self.log is not None and self.log.failure is not None:
+            self.failures.setdefault("ingest log", f"ingest log failed: {self.log.failure}")
+        for host in self.hosts:
+            if host.failure is not None:
+                self.failures.setdefault(f"exporter {host.name}", host.failure)
+
+    def readiness(self) -> list[str]:
+        """Why the server should not get traffic now; empty when it is ready."""
+        reasons: list[str] = []
+        if self.stopping:
+            reasons.append("the server is stopping")
+        log = self.log
+        if log is None or self.listener is None:
+            reasons.append("the server is starting")
+        elif log.failure is not None:
+            reasons.append(f"the ingest log cannot append: it failed: {log.failure}")
+        elif log.full:
+            reasons.append(f"the ingest log cannot append: {log.stats.last_refusal_reason}")
+        for host in self.hosts:
+            problem = host.problem()
+            if problem is not None:
+                reasons.append(problem)
+        self._note_failures()
+        return reasons
+
+    def reload_config(self) -> None:
+        """SIGHUP: re-read subscriptions, quotas and limits from the config file.
+
+        Clients see new subscriptions on their next request; new quotas and
+        limits apply to the next request or connection, and what clients
+        have used so far is kept (only the bounds change). A file that does
+        not load changes nothing.
+        """
+        if self.settings.config_path is None:
+            _log.info("SIGHUP ignored: the server runs on embedded defaults, no file to re-read")
+            return
+        try:
+            fresh = load_settings(self.settings.config_path)
+            fresh = replace(fresh, limits=fit_to_descriptors(fresh.limits, descriptor_limit()))
+            if self.admin is not None:  # the file under the dynamic layer
+                self.admin.reload(fresh.subscriptions, fresh.quotas, fresh.limits)
+            else:
+                self.enforcement.apply(fresh.quotas, fresh.limits)
+        except Exception as error:
+            _log.error("SIGHUP: keeping the current subscriptions, quotas and limits: %s", error)
+            return
+        _log.info(
+            "SIGHUP: quotas and limits reloaded: %d client entities, %d ip entries",
+            len(fresh.quotas.clients),
+            len(fresh.quotas.ips),
+        )
+        wanted = {subscription.name for subscription in fresh.subscriptions}
+        if self.admin is None:
+            current = self.manager.subscriptions
+            for name in [s.name for s in current if s.name not in wanted]:
+                current.update(name, {})
+            for subscription in fresh.subscriptions:
+                current.put(subscription)
+        _log.info("SIGHUP: subscriptions reloaded: %s", ", ".join(sorted(wanted)))
+
+    def health(self) -> dict[str, object]:
+        """Liveness with the details: answered while the process runs."""
+        log = self.log
+        reasons = self.readiness()
+        return {
+            "ok": not reasons,
+            "reasons": reasons,
+            "log_full": bool(log and log.full),
+            "log_failed": bool(log and log.failure is not None),
+            "client_instances": self.manager.instance_count,
+            "exporter_lag": {host.name: host.lag for host in self.hosts},
+        }
+
+    async def _unregister_removed_exporters(self) -> None:
+        """An exporter gone from the config must not hold back log retention forever."""
+        assert self.log is not None
+        configured = {host.consumer for host in self.hosts}
+        for consumer in self.log.consumers():
+            if consumer.startswith("exporter:") and consumer not in configured:
+                _log.info("forgetting the position of removed exporter %s", consumer)
+                await self.log.unregister(consumer)
+
+    async def _sweep_expired(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            self.manager.expire(wall_clock_ms())

@@ -1,0 +1,61 @@
+"""The OTLP identity rule (docs/http.md), computed independently of the server's code."""
+
+from __future__ import annotations
+
+import uuid
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from telemetry.core.client_uuid import Uuid
+from telemetry.http.identity import IdentityCache, derive_identity
+
+NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")
+
+
+def attributes(**values: str | int) -> list[KeyValue]:
+    return [
+        KeyValue(
+            key=key.replace("_", "."),
+            value=AnyValue(string_value=v) if isinstance(v, str) else AnyValue(int_value=v),
+        )
+        for key, v in values.items()
+    ]
+
+
+def kafka_text(seed: str) -> str:
+    return str(Uuid.from_bytes(uuid.uuid5(NAMESPACE, seed).bytes))
+
+
+def test_an_id_whose_text_would_start_with_a_dash_is_re_derived() -> None:
+    # Find a service name whose first derivation starts with "-" (1 in 64).
+    name = next(
+        f"svc-{index}"
+        for index in range(5000)
+        if kafka_text(f"service.instance.id\x00\x00svc-{index}\x00i").startswith("-")
+    )
+    identity = derive_identity(attributes(service_name=name, service_instance_id="i"), "10.0.0.1")
+    text = str(identity.client_instance_id)
+    assert not text.startswith("-")
+    assert text == kafka_text(f"service.instance.id\x00\x00{name}\x00i\x001")
+
+
+def test_only_string_attributes_count_and_absent_ones_stay_null() -> None:
+    identity = derive_identity(
+        attributes(service_name=7, telemetry_sdk_name="opentelemetry"), "192.0.2.7"
+    )
+    assert identity.client_id is None  # an int service.name is not a name
+    assert (identity.client_software_name, identity.client_software_version) == (
+        "opentelemetry",
+        None,
+    )
+    assert str(identity.client_instance_id) == kafka_text("source.address\x00\x00\x00192.0.2.7")
+
+
+def test_the_cache_gives_the_derived_identity_per_resource_and_address() -> None:
+    cache = IdentityCache(maxsize=2)
+    one = Resource(attributes=attributes(service_name="a"))
+    two = Resource(attributes=attributes(service_name="b"))
+    assert cache.identity(one, "10.0.0.1") == derive_identity(one.attributes, "10.0.0.1")
+    assert cache.identity(one, "10.0.0.2") != cache.identity(one, "10.0.0.1")
+    assert cache.identity(two, "10.0.0.1").client_id == "b"

@@ -1,0 +1,158 @@
+"""``kip714 serve`` stopped by SIGTERM under load: bounded, and still exactly once; exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+from telemetry.errors import ErrorCode
+from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
+from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.server.test_serve_parquet import (
+    POINTS_PER_PUSH,
+    _push_until_stopped,
+    every_file_is_whole,
+    landed,
+    wait_until,
+)
+from tests.telemetry.tiny_fs import fill, tiny_fs
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CONFIG = """
+[subscriptions.all]
+metrics = ["*"]
+"interval.ms" = 100
+[exporters.landing]
+type = "parquet"
+drain_timeout_s = {drain}
+[exporters.landing.options]
+path = "{landing}"
+max_file_age_s = {age}
+max_rows_per_file = {rows}
+"""
+
+
+def config(landing: Path, drain: float, age: float = 0.3, rows: int = 150) -> str:
+    return CONFIG.format(landing=landing, drain=drain, age=age, rows=rows)
+
+
+def readyz(server: ServeProcess) -> tuple[int, dict[str, Any]]:
+    url = f"http://{server.http[0]}:{server.http[1]}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
+
+
+def assert_each_push_landed_once(landing: Path, acknowledged: set[str]) -> None:
+    rows = landed(landing)
+    per_name = collections.Counter(r["metric_name"] for r in rows)
+    assert all(per_name[name] == POINTS_PER_PUSH for name in acknowledged)
+    assert set(per_name.values()) == {POINTS_PER_PUSH}
+    per_offset = collections.Counter(r["push_offset"] for r in rows)
+    assert set(per_offset.values()) == {POINTS_PER_PUSH}
+    assert len(per_offset) == len(per_name)
+    assert every_file_is_whole(landing) == len(rows)
+
+
+def test_sigterm_under_load_with_a_tiny_drain_timeout_lands_every_push_exactly_once(
+    tmp_path: Path,
+) -> None:
+    landing = tmp_path / "landing"
+    # A drain and flush bound of 1 ms: every stop cuts the drain short, and a
+    # flush with a generation pending is cancelled while sealing.
+    text = config(landing, drain=0.001)
+    rng = random.Random(7140)
+    acknowledged: set[str] = set()
+    stopped_short = 0
+    for run in range(3):
+        server = ServeProcess(tmp_path / "data", text).start()
+        stop = threading.Event()
+        loader = threading.Thread(
+            target=lambda s=server, r=run, e=stop: asyncio.run(
+                _push_until_stopped(s, acknowledged, 10, e, r)
+            ),
+            daemon=True,
+        )
+        loader.start()
+        time.sleep(rng.uniform(1.0, 2.5))
+        assert server.stop() == 0  # SIGTERM at a random moment under load; exits in time
+        stop.set()
+        loader.join(30)
+        assert not loader.is_alive()
+        events = [e.get("event", "") for e in server.events()]
+        stopped_short += sum("did not drain" in e or "did not flush" in e for e in events)
+        assert any("kip714 stopped" in e for e in events)
+    assert stopped_short >= 1
+    assert len(acknowledged) >= 100
+
+    final = ServeProcess(tmp_path / "data", config(landing, drain=5.0)).start()
+    try:
+        assert wait_until(lambda: acknowledged <= {r["metric_name"] for r in landed(landing)}, 30)
+        assert final.stop() == 0
+    finally:
+        final.kill()
+    assert_each_push_landed_once(landing, acknowledged)
+
+
+async def _push(server: ServeProcess, names: list[str]) -> set[str]:
+    client = await WireClient.connect(*server.kafka, client_id="probe")
+    acknowledged: set[str] = set()
+    try:
+        answer = await client.subscribe()
+        for name in names:
+            await asyncio.sleep(0.11)
+            response = await client.push(
+                answer.client_instance_id,
+                answer.subscription_id,
+                otlp_payload(name, points=POINTS_PER_PUSH),
+            )
+            if response.error_code == ErrorCode.NONE:
+                acknowledged.add(name)
+    finally:
+        await client.close()
+    return acknowledged
+
+
+def test_a_landing_that_fails_makes_readyz_503_and_sigterm_exit_1(tmp_path: Path) -> None:
+    with tiny_fs(tmp_path / "landing", 2 * 1024 * 1024) as landing:
+        text = config(landing, drain=2.0, age=0.2)
+        server = ServeProcess(tmp_path / "data", text).start()
+        try:
+            assert readyz(server) == (200, {"ready": True, "reasons": []})
+            filler = fill(landing)  # staging cannot be written any more
+            acknowledged = asyncio.run(_push(server, [f"full.{n}" for n in range(8)]))
+            assert len(acknowledged) == 8  # the log takes them; the landing cannot
+
+            def landing_failed() -> bool:
+                status, body = readyz(server)
+                return status == 503 and any("has failed" in r for r in body["reasons"])
+
+            assert wait_until(landing_failed, 30)
+            assert server.stop() == 1
+            (line,) = [e for e in server.events() if "exits with status 1" in e.get("event", "")]
+            assert "parquet landing" in line["event"]
+        finally:
+            server.kill()
+        filler.unlink()
+        restarted = ServeProcess(tmp_path / "data", text).start()
+        try:
+            assert readyz(restarted)[0] == 200
+            assert wait_until(
+                lambda: acknowledged <= {r["metric_name"] for r in landed(landing)}, 30
+            )
+            assert restarted.stop() == 0
+        finally:
+            restarted.kill()
+        assert_each_push_landed_once(landing, acknowledged)
