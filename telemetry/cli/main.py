@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
             "through a Kafka broker's plugin) and OpenTelemetry SDKs push their metrics to "
             "kip714, which enforces Kafka's quotas (push byte rate, request time and "
             "instance creations per client on every listener; connection counts, creation "
-            "rates, idle time and request memory on the Kafka listener), logs every push "
-            "durably, lands it in Parquet and rolls it up with Spark."
+            "rates, idle time and request memory on every listener), logs every push "
+            "durably, lands it in an Apache Iceberg table and rolls it up with Spark."
         ),
     )
     parser.add_argument("--version", action="version", version=f"kip714 {version('kip714')}")
@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="the ingest log (DIR/log) and every built-in exporter given no path, the Parquet "
-        "landing under DIR/metrics (default ./kip714-data)",
+        help="the ingest log (DIR/log), the metadata store (DIR/meta), every built-in exporter "
+        "given no path, and the default lake (DIR/lake; default ./kip714-data)",
     )
     serve.add_argument(
         "--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default INFO)"
