@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Final
 
 import aiohttp
 import psutil  # type: ignore[import-untyped,unused-ignore]
-import pyarrow.dataset as ds
 from aiohttp import web
 from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -47,6 +46,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
+from pyiceberg.catalog import load_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -333,6 +333,15 @@ def _line(label: str, result: LoadResult) -> str:
     return f"  {label:<22} {figures}{failed}"
 
 
+def landed_rows(data_dir: Path) -> int:
+    """Rows the server's default landing committed to ``kip714.metrics`` (0 without a lake)."""
+    lake = data_dir / "lake"
+    if not (lake / "catalog.db").exists():
+        return 0
+    catalog = load_catalog("kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db")
+    return int(catalog.load_table(("kip714", "metrics")).scan().to_arrow().num_rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--duration", type=float, default=6.0, help="measured seconds per phase")
@@ -360,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             profile_to.parent.mkdir(parents=True, exist_ok=True)
             profile_to.unlink(missing_ok=True)
         server = Kip714Server(
-            Path(workdir), cache_size=16_384, exporters="parquet", profile_to=profile_to
+            Path(workdir), cache_size=16_384, exporters="default", profile_to=profile_to
         )
         try:
             server.start()
@@ -371,9 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
             noop.terminate()
             noop.join(timeout=10)
-        metrics = Path(workdir) / "data" / "metrics"
-        rows = ds.dataset(metrics, partitioning="hive").count_rows() if metrics.exists() else 0
-        print(f"\nlanded rows (Parquet, after SIGTERM): {rows:,}")
+        print(f"\nlanded rows (Iceberg, after SIGTERM): {landed_rows(Path(workdir) / 'data'):,}")
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
     return 0 if ok else 1
