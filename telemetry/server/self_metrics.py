@@ -226,6 +226,11 @@ class ServerCollector(Collector):
             exporter_stats = getattr(host.exporter, "stats", None)
             for stat, value in _numeric_fields(exporter_stats):
                 plugin_stats.add_metric([host.name, stat], value)
+            # A landing's table maintenance (the iceberg exporter's compaction, expiry,
+            # retention and orphan cleanup) keeps its own counters beside its stats.
+            maintenance = getattr(host.exporter, "maintenance_stats", None)
+            for stat, value in _numeric_fields(maintenance):
+                plugin_stats.add_metric([host.name, f"maintenance_{stat}"], value)
             skipped_undecodable = getattr(exporter_stats, "undecodable_payloads", None)
             if isinstance(skipped_undecodable, int):  # the landings' FlattenStats
                 undecodable.add_metric([host.name], skipped_undecodable)
