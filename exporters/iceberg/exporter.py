@@ -315,11 +315,14 @@ class IcebergExporter(GenerationLanding):
             self._fail(f"flattening offsets {gen.first}..{gen.last} failed: {error}")
             return
         reply: BatchReply = future.result()[1]
+        self._count(reply)
+        gen.buffered[lane] = reply.buffered
+        self.stats.pending_rows = sum(gen.buffered.values())
+
+    def _count(self, reply: BatchReply) -> None:
         self.stats.merge(reply.stats)
         self.stats.refused_counts += reply.refused_counts
         self.stats.unlandable_pushes += reply.unlandable
-        gen.buffered[lane] = reply.buffered
-        self.stats.pending_rows = sum(gen.buffered.values())
 
     def _where(self) -> str:
         return f"iceberg landing {self.location.namespace}.{METRICS_TABLE}"
@@ -353,6 +356,7 @@ class IcebergExporter(GenerationLanding):
         self._raise_if_failed()
         for reply in replies:
             gen.files.extend(reply[1])
+            self._count(reply[2])
         self.stats.files_written += sum(len(reply[1]) for reply in replies)
         gen.batches = []
         gen.buffered = {}
