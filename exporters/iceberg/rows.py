@@ -145,8 +145,7 @@ class LakeRows:
         gathered = len(self.pending) + len(self.pending_raw)
         if gathered >= self.coalesce_pushes or self.pending_bytes >= COALESCE_BYTES:
             return self.flush()
-        reply = BatchReply(FlattenStats(), 0, 0, 0, 0, self.rows + gathered)
-        return reply
+        return BatchReply(FlattenStats(), 0, 0, 0, 0, self.rows + gathered)
 
     def flush(self) -> BatchReply:
         """Flatten the gathered pushes and append their rows to the open data files."""

@@ -175,9 +175,7 @@ def _flatten(
         pc.if_else(
             is_gauge,
             pc.list_value_length(gauge_points),
-            pc.if_else(
-                is_sum, pc.list_value_length(sum_points), pc.list_value_length(hist_points)
-            ),
+            pc.if_else(is_sum, pc.list_value_length(sum_points), pc.list_value_length(hist_points)),
         ),
         0,
     )

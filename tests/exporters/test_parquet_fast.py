@@ -11,9 +11,9 @@ import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     AGGREGATION_TEMPORALITY_CUMULATIVE,
     AGGREGATION_TEMPORALITY_DELTA,
-    Gauge,
     ExponentialHistogram,
     ExponentialHistogramDataPoint,
+    Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
