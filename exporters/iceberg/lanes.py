@@ -92,7 +92,7 @@ class ThreadLane:
     def write(self, first: int, last: int) -> asyncio.Future[Any]:
         return self._submit(self._write, first, last)
 
-    def _write(self, first: int, last: int) -> tuple[str, Any]:
+    def _write(self, first: int, last: int) -> tuple[Any, ...]:
         return ("written", *self._rows.write(first, last))
 
     async def stop(self) -> None:
