@@ -41,10 +41,11 @@ __all__ = ["BatchReply", "LakeRows", "LaneConfig", "WrittenFile", "write_data_fi
 
 #: Rows an open data file buffers before writing them as a row group.
 ROW_GROUP_ROWS: Final = 131_072
-#: Pushes (or payload bytes) a lane gathers before flattening them as one Arrow batch.
-#: Flattening has a fixed cost of about 5 ms per call (ptars' decoder setup and some
-#: 90 Arrow kernels), so the small batches a busy log hands over (30-40 pushes at
-#: 3,500 requests/s) cost twice the per-point work; gathered, the fixed part is noise.
+#: Pushes (or payload bytes) gathered before they are flattened as one Arrow batch
+#: (the exporter gathers before a hand-over, a lane before flattening). Flattening
+#: has a fixed cost of about 5 ms per call (ptars' decoder setup and some 100 Arrow
+#: kernels), so the small batches a busy log hands over (30-40 pushes at 3,500
+#: requests/s) cost twice the per-point work; gathered, the fixed part is noise.
 COALESCE_PUSHES: Final = 512
 COALESCE_BYTES: Final = 4 * 1024 * 1024
 
