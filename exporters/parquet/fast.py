@@ -311,8 +311,13 @@ def _points(gauge_points: Any, sum_points: Any, hist_points: Any) -> tuple[dict[
         return {name: field(values, name) for name in _POINT_FIELDS}, parents
     parents = pa.concat_arrays([p for _, p in parts])
     order = pc.sort_indices(parents)
+    rows = len(parents)
+    # Only fields some part has are merged: a push without histograms moves no
+    # histogram column through the sort.
     fields = {
         name: pc.take(pa.concat_arrays([field(v, name) for v, _ in parts]), order)
+        if any(v.type.get_field_index(name) >= 0 for v, _ in parts)
+        else pa.nulls(rows, types[name])
         for name in _POINT_FIELDS
     }
     return fields, pc.take(parents, order)
