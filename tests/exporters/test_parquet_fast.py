@@ -118,6 +118,20 @@ HISTOGRAMS = payload(
     ),
     Metric(name="h", histogram=Histogram(data_points=[HistogramDataPoint(count=1, sum=1.0)])),
 )
+ONLY_HISTOGRAMS = payload(
+    Metric(
+        name="h",
+        histogram=Histogram(
+            data_points=[
+                HistogramDataPoint(time_unix_nano=T1, count=1, explicit_bounds=[1.0, 2.0]),
+                HistogramDataPoint(
+                    time_unix_nano=T1, count=2, sum=-math.inf, explicit_bounds=[math.nan, 3.0]
+                ),
+            ]
+        ),
+    ),
+    resource={"host": "h1"},
+)
 SUMMARY = payload(
     Metric(name="q", summary=Summary(data_points=[SummaryDataPoint(count=1, time_unix_nano=T1)]))
 )
@@ -202,6 +216,7 @@ def test_the_fast_path_is_available() -> None:
         [SIMPLE, HISTOGRAM, PRODUCER_PUSH.read_bytes(), BOOL_ATTRIBUTE, SIMPLE],
         [HISTOGRAMS, SIMPLE, HISTOGRAM, HISTOGRAMS],
         [HISTOGRAMS],
+        [ONLY_HISTOGRAMS, ONLY_HISTOGRAMS],
         [DUPLICATE_KEY, IDENTITY, RESOURCE, EMPTY, UNKNOWN, SIMPLE],
         [SIMPLE, b"\xff\xff not protobuf", SIMPLE],
         [b"", SIMPLE],
@@ -213,6 +228,7 @@ def test_the_fast_path_is_available() -> None:
         "mixed",
         "histograms-mixed",
         "histograms",
+        "only-histograms",
         "odd",
         "undecodable",
         "empty-payload",
