@@ -22,7 +22,7 @@ from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.core.manager import TelemetryManager
 from telemetry.enforcement import Enforcement, Throttle
 from telemetry.errors import ErrorCode
-from telemetry.ingress import RETRY_LATER_MS, Ingress, PushFields, PushLog
+from telemetry.ingress import RETRY_LATER_MS, Appended, Ingress, PushFields, PushLog
 from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
 from telemetry.kafka.connection import CloseConnectionError, ConnectionState, PendingResponse
 from telemetry.kafka.pending import Pending
@@ -322,9 +322,11 @@ class KafkaApis:
     def _push_fields(
         self, state: ConnectionState, correlation_id: int, fields: PushFields, started_ns: int
     ) -> tuple[bytes, int] | PendingResponse:
-        outcome, quota_ms = self.ingress.push(
+        outcome, quota_ms = self.ingress.push_appending(
             fields, state.context(), _Quota(self, state, started_ns), self.clock()
         )
+        if isinstance(outcome, Appended):
+            return _PushAnswer(outcome, correlation_id, quota_ms)
         if isinstance(outcome, ManagerPushResponse):
             return _push_response(correlation_id, outcome, quota_ms)
         return Pending(
@@ -357,6 +359,29 @@ class _Quota:
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
         ).time_ms
+
+
+class _PushAnswer:
+    """A push waiting for the log: answered from the log's own future, no other future made.
+
+    The connection asks for the callback once, right after the push was
+    handed over; the manager hears the append's outcome in that callback.
+    """
+
+    __slots__ = ("_appended", "_callback", "_correlation_id", "_quota_ms")
+
+    def __init__(self, appended: Appended, correlation_id: int, quota_ms: int) -> None:
+        self._appended = appended
+        self._correlation_id = correlation_id
+        self._quota_ms = quota_ms
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        self._callback = callback
+        self._appended.durable.add_done_callback(self._done)
+
+    def _done(self, _: object) -> None:
+        outcome = self._appended.outcome()
+        self._callback(_push_response(self._correlation_id, outcome, self._quota_ms))
 
 
 #: A push whose outcome future was cancelled (the server stopping): retry later.
