@@ -295,7 +295,8 @@ class KafkaApis:
             if read is None:
                 return decoded(state, frame, started_ns)
             correlation_id, client_id, instance_id, subscription_id, terminating, codec, data = read
-            state.identify(client_id)
+            if client_id != state.client_id:
+                state.identify(client_id)
             fields = PushFields(
                 state.instance_id(instance_id), subscription_id, terminating, codec, data
             )
@@ -352,12 +353,17 @@ class _Quota:
     def finish(
         self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
     ) -> int:
-        return self._apis._finish_request(
-            self._state,
-            self._started_ns,
-            now_ms=now_ms,
+        # KafkaApis._finish_request, inlined: every push comes here.
+        state = self._state
+        clients = self._apis.enforcement.clients
+        sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
+        return clients.finish_request(
+            state.entity,
+            time.perf_counter_ns() - self._started_ns,
+            now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
+            sensors=sensors,
         ).time_ms
 
 

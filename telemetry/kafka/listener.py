@@ -125,6 +125,11 @@ class KafkaListener:
             admin=admin,
             security=security,
         )
+        #: Answers one request: ``(response frame, throttle ms)``, or a push
+        #: still being logged. The API table's own method: no call in between.
+        self.handle_frame: Callable[
+            [ConnectionState, bytes], tuple[bytes, int] | PendingResponse
+        ] = self.apis.handle_frame
         # Admission: connections counted by the connection quotas, the
         # acceptor's backlog while it is delayed, and when the delay ends.
         self._counted: set[KafkaConnection] = set()
@@ -339,9 +344,3 @@ class KafkaListener:
         if sweeper is not None:
             sweeper.cancel()
             await asyncio.gather(sweeper, return_exceptions=True)
-
-    def handle_frame(
-        self, state: ConnectionState, frame: bytes
-    ) -> tuple[bytes, int] | PendingResponse:
-        """Answer one request: ``(response frame, throttle ms)``, or a push still being logged."""
-        return self.apis.handle_frame(state, frame)
