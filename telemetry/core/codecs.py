@@ -268,7 +268,13 @@ def _unzstd(data: bytes, max_bytes: int, pause: Callable[[], None], *, one_shot:
     # frame, so check the frames are whole before trusting its output; a
     # frame declaring more content than the bound is refused right there.
     frames = _check_zstd_frames(data, window, max_bytes)
-    decompressor = _zstd_decompressor(window)
+    # _zstd_decompressor's cache hit, inlined: every zstd push comes here.
+    by_window: dict[int, zstandard.ZstdDecompressor] | None = getattr(
+        _ZSTD_LOCAL, "by_window", None
+    )
+    decompressor = by_window.get(window) if by_window is not None else None
+    if decompressor is None:
+        decompressor = _zstd_decompressor(window)
     if frames == 1 and one_shot:
         # The common case (one librdkafka frame, ~10× compression): one-shot
         # into a buffer of a likely size, 4× cheaper than streaming. Anything

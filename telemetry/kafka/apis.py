@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from telemetry.core.client_uuid import Uuid
 from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.core.manager import TelemetryManager
-from telemetry.enforcement import Enforcement, Throttle
+from telemetry.enforcement import ClientEntity, Enforcement, Throttle
 from telemetry.errors import ErrorCode
 from telemetry.ingress import RETRY_LATER_MS, Appended, Ingress, PushFields, PushLog
 from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
@@ -67,6 +67,9 @@ if TYPE_CHECKING:
     ]
 
 
+#: Entities held at once (one entry per throttled entity, dropped once its throttle passed).
+MAX_MUTED_ENTITIES: Final = 100_000
+
 #: The api key, the first field of every request header.
 _API_KEY: Final = struct.Struct(">h")
 
@@ -100,6 +103,9 @@ class KafkaApis:
         self.security = security
         #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
         self._producer_ids = itertools.count(0)
+        #: Entities a quota throttles, until when (``time.monotonic``): every
+        #: connection of a throttled entity holds its next request until then.
+        self.muted: dict[ClientEntity, float] = {}
         self.table = ApiTable(self._charge)
         # In SUPPORTED_VERSIONS' order: librdkafka's captured frames list 18, 3, 71, 72.
         for api_key, name, handle in (
@@ -246,7 +252,7 @@ class KafkaApis:
             now_ms = self.clock()
         clients = self.enforcement.clients
         sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
-        return clients.finish_request(
+        throttle = clients.finish_request(
             state.entity,
             time.perf_counter_ns() - started_ns,
             now_ms,
@@ -254,6 +260,37 @@ class KafkaApis:
             mutation_throttle_ms=mutation_throttle_ms,
             sensors=sensors,
         )
+        if throttle.time_ms > 0:
+            self.mute(state.entity, throttle.time_ms)
+        return throttle
+
+    def mute(self, entity: ClientEntity, throttle_ms: int) -> None:
+        """Hold every connection of ``entity`` for ``throttle_ms``, not only the throttled one.
+
+        Kafka mutes the one channel a throttled response goes out on
+        (KIP-219) and counts on the client to honour the throttle on its
+        other connections. A client that opens many connections and ignores
+        it would otherwise keep sending on the unmuted ones and land well
+        over its quota; a compliant client has one connection to a broker, so
+        holding them all costs it nothing.
+        """
+        muted = self.muted
+        until = time.monotonic() + throttle_ms / 1000
+        previous = muted.get(entity)
+        if previous is None:
+            if len(muted) >= MAX_MUTED_ENTITIES:
+                self.unmute_expired(time.monotonic())
+                if len(muted) >= MAX_MUTED_ENTITIES:
+                    return  # bounded: the throttled connection is still muted by itself
+            muted[entity] = until
+        elif until > previous:
+            muted[entity] = until
+
+    def unmute_expired(self, now_s: float) -> None:
+        """Forget entities whose throttle has passed (the listener's sweep)."""
+        muted = self.muted
+        for entity in [entity for entity, until in muted.items() if until <= now_s]:
+            del muted[entity]
 
     def _get(
         self,
@@ -357,7 +394,7 @@ class _Quota:
         state = self._state
         clients = self._apis.enforcement.clients
         sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
-        return clients.finish_request(
+        throttle_ms = clients.finish_request(
             state.entity,
             time.perf_counter_ns() - self._started_ns,
             now_ms,
@@ -365,6 +402,9 @@ class _Quota:
             mutation_throttle_ms=mutation_throttle_ms,
             sensors=sensors,
         ).time_ms
+        if throttle_ms > 0:
+            self._apis.mute(state.entity, throttle_ms)
+        return throttle_ms
 
 
 class _PushAnswer:
@@ -387,7 +427,10 @@ class _PushAnswer:
 
     def _done(self, _: object) -> None:
         outcome = self._appended.outcome()
-        self._callback(_push_response(self._correlation_id, outcome, self._quota_ms))
+        # _push_response, inlined.
+        throttle_ms = max(outcome.throttle_time_ms, self._quota_ms)
+        response = encode_push_response_v0(self._correlation_id, throttle_ms, outcome.error_code)
+        self._callback((response, throttle_ms))
 
 
 #: A push whose outcome future was cancelled (the server stopping): retry later.
