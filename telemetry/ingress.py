@@ -210,9 +210,13 @@ class RequestQuota(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PushFields:
-    """A PushTelemetry request's fields, whatever the transport."""
+    """A PushTelemetry request's fields, whatever the transport.
+
+    Not frozen, though nothing changes one: one is built per push, and a
+    frozen dataclass's ``__init__`` costs an ``object.__setattr__`` per field.
+    """
 
     client_instance_id: Uuid | None
     subscription_id: int

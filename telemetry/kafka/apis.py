@@ -10,6 +10,7 @@ the request time charged to the client's ``request_percentage`` quota (KIP-124).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import struct
 import time
@@ -337,8 +338,15 @@ class KafkaApis:
             fields = PushFields(
                 state.instance_id(instance_id), subscription_id, terminating, codec, data
             )
-            return self._push_fields(state, correlation_id, fields, started_ns)
+            # _push_fields' usual case, inlined: a push queued in the log.
+            outcome, quota_ms = ingress.push_appending(
+                fields, state.context(), _Quota(self, state, started_ns), clock()
+            )
+            if isinstance(outcome, Appended):
+                return _PushAnswer(outcome, correlation_id, quota_ms)
+            return self._push_outcome(correlation_id, outcome, quota_ms)
 
+        ingress, clock = self.ingress, self.clock
         return serve
 
     def _push(
@@ -363,6 +371,15 @@ class KafkaApis:
         outcome, quota_ms = self.ingress.push_appending(
             fields, state.context(), _Quota(self, state, started_ns), self.clock()
         )
+        return self._push_outcome(correlation_id, outcome, quota_ms)
+
+    def _push_outcome(
+        self,
+        correlation_id: int,
+        outcome: ManagerPushResponse | Appended | asyncio.Future[ManagerPushResponse],
+        quota_ms: int,
+    ) -> tuple[bytes, int] | PendingResponse:
+        """The answer to a push: now, once logged, or once decompressed in a thread and logged."""
         if isinstance(outcome, Appended):
             return _PushAnswer(outcome, correlation_id, quota_ms)
         if isinstance(outcome, ManagerPushResponse):
