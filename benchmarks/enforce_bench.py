@@ -111,6 +111,8 @@ def modelled_ratio(
             if free_at[connection] > now or held_until > now:
                 continue
             dues = due[connection]
+            if not dues:
+                continue  # more connections than instances: this one never pushes
             first = min(range(len(dues)), key=dues.__getitem__)
             if dues[first] > now:
                 continue
