@@ -359,19 +359,7 @@ class TelemetryManager:
                 max_decompressed_bytes=self._config.max_decompressed_bytes,
                 _instance=instance,
             )
-        # _accepted, inlined: every push comes here.
-        return AcceptedPush(
-            client_instance_id=instance.client_instance_id,
-            subscription_id=subscription_id,
-            context=context,
-            metadata=instance.metadata,
-            push_interval_ms=instance.push_interval_ms,
-            terminating=terminating,
-            compression_type=codec,
-            received_ms=now_ms,
-            data=data,
-            _instance=instance,
-        )
+        return self._accepted(instance, subscription_id, context, terminating, codec, now_ms, data)
 
     def finish_deferred(
         self, deferred: DeferredPush, outcome: bytes | TelemetryError
