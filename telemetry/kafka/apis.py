@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from telemetry.core.client_uuid import Uuid
 from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.core.manager import TelemetryManager
-from telemetry.enforcement import ClientEntity, Enforcement, Throttle
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity, Enforcement, Throttle
 from telemetry.errors import ErrorCode
 from telemetry.ingress import RETRY_LATER_MS, Appended, Ingress, PushFields, PushLog
 from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
@@ -68,6 +68,8 @@ if TYPE_CHECKING:
     ]
 
 
+#: Who a connection is before its first request names the client (and a client that never does).
+_UNNAMED: Final = ClientEntity(ANONYMOUS_USER, "")
 #: Entities held at once (one entry per throttled entity, dropped once its throttle passed).
 MAX_MUTED_ENTITIES: Final = 100_000
 
@@ -275,6 +277,10 @@ class KafkaApis:
         over its quota; a compliant client has one connection to a broker, so
         holding them all costs it nothing.
         """
+        if entity == _UNNAMED:
+            # Every connection is (ANONYMOUS, "") until its first request names
+            # its client: holding that entity would hold everybody's first request.
+            return
         muted = self.muted
         until = time.monotonic() + throttle_ms / 1000
         previous = muted.get(entity)

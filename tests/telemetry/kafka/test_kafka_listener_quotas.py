@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from telemetry.enforcement import (
+    ClientEntity,
     ClientQuotaSettings,
     Enforcement,
     QuotaSettings,
@@ -125,6 +126,17 @@ async def test_a_throttle_holds_every_connection_of_the_entity(tmp_path: Path) -
     # another client id was neither throttled nor counted.
     assert (quiet_versions.error_code, quiet_versions.throttle_time_ms) == (ErrorCode.NONE, 0)
     assert enforcer.tracker.counts[ThrottleReason.PUSH_BYTE_RATE] == 1
+
+
+async def test_an_unnamed_client_is_held_on_its_own_connection_only(tmp_path: Path) -> None:
+    """Every connection is (ANONYMOUS, "") before its first request: that entity is never held."""
+    async with running_server(tmp_path, clock=ManualClock()) as server:
+        apis = server.listener.apis
+        apis.mute(ClientEntity("ANONYMOUS", ""), 1000)
+        apis.mute(ClientEntity("ANONYMOUS", "noisy"), 1000)
+        apis.mute(ClientEntity("alice", ""), 1000)
+        held = set(apis.muted)
+    assert held == {ClientEntity("ANONYMOUS", "noisy"), ClientEntity("alice", "")}
 
 
 async def test_other_clients_are_not_throttled_by_a_quota_they_do_not_match(
