@@ -15,8 +15,14 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from spark_jobs.io import LANDING_SNAPSHOT_PROPERTY, NoDataError, Range
-from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
+from spark_jobs.lake import (
+    CATALOG_NAME,
+    LANDING_SNAPSHOT_PROPERTY,
+    LANDING_TABLE,
+    Lake,
+    NoDataError,
+)
+from spark_jobs.spans import Range
 
 __all__ = ["LakeState", "lake_state", "output_written_rows", "rows_in"]
 
