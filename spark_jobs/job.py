@@ -53,6 +53,7 @@ _PROG = "kip714 rollup"
 _HOUR = 3600
 _DEFAULT_SHUFFLE_PARTITIONS = 4
 _ROWS_PER_PARTITION = 2_000_000
+_SMALL_INPUT_ROWS = 200_000
 
 
 def _time(text: str) -> datetime:
@@ -174,6 +175,11 @@ class Plan:
         if self.estimated_rows is None:
             return _DEFAULT_SHUFFLE_PARTITIONS
         return max(1, min(8, -(-self.estimated_rows // _ROWS_PER_PARTITION)))
+
+    @property
+    def small_input(self) -> bool:
+        """At most ~200k rows to read: the session starts with ``session.SMALL_INPUT_CONF``."""
+        return self.estimated_rows is not None and self.estimated_rows <= _SMALL_INPUT_ROWS
 
 
 class NothingNewError(LookupError):
@@ -309,6 +315,7 @@ def _run_in_spark(args: argparse.Namespace, run_plan: Plan) -> int:
                 lake=run_plan.lake,
                 shuffle_partitions=run_plan.shuffle_partitions(args.shuffle_partitions),
                 driver_memory=args.driver_memory,
+                small_input=run_plan.small_input,
             )
         print(execute(spark, args, run_plan).render())
         failed = False
