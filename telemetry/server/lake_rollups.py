@@ -7,8 +7,8 @@ snapshot it was computed from (``spark_jobs.lake.LANDING_SNAPSHOT_PROPERTY``):
 that record is how a pass finds them, whatever the windows.
 
 A pass deletes, per table in one commit (pyiceberg's delete by filter on
-``window_start``), every window whose hour ended ``retention_hours`` or more
-ago, as the Parquet rollup retention does with hour directories. Readers see
+``window_end``), every window that ended ``retention_hours`` or more before
+the current hour, as the Parquet rollup retention does with hour directories. Readers see
 the table before or after that commit, never a window half deleted; the
 filter is hour-aligned and the tables are partitioned by hour, so whole files
 go without a rewrite. The commit carries the recorded landing snapshot
@@ -86,13 +86,19 @@ def rollup_tables(catalog: Catalog, namespace: str) -> list[Table]:
 
 
 def delete_expired_windows(table: Table, retention_hours: int, now_ms: int) -> tuple[int, int]:
-    """Delete the windows of every hour that ended ``retention_hours`` ago; (partitions, bytes).
+    """Delete every window that ended ``retention_hours`` or more ago (hour-aligned).
 
-    One commit, only if there is something to delete.
+    Returns (hour partitions, bytes) deleted; one commit, only if there is
+    something to delete. ``window_end`` decides where the table has it, so a
+    ``1d`` window goes only once all of it is old; a table of hourly windows
+    without it (none today) is filtered on ``window_start``.
     """
     cutoff_hour = (now_ms - retention_hours * HOUR_MS) // HOUR_MS
     cutoff = time.strftime("%Y-%m-%dT%H:00:00+00:00", time.gmtime(cutoff_hour * 3600))
-    row_filter = f"window_start < '{cutoff}'"
+    if "window_end" in {f.name for f in table.schema().fields}:
+        row_filter = f"window_end <= '{cutoff}'"
+    else:
+        row_filter = f"window_start < '{cutoff}'"
     if not any(True for _ in table.scan(row_filter=row_filter).plan_files()):
         return 0, 0
     recorded = _recorded(table)

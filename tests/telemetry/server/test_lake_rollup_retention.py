@@ -126,7 +126,7 @@ def test_serve_deletes_expired_windows_from_the_lake_rollup_tables(tmp_path: Pat
     for table in (gauges, health):
         current = table.current_snapshot()
         assert current is not None and current.summary is not None
-        assert current.summary.operation.value in ("delete", "overwrite")
+        assert current.summary.operation.value == "delete"  # whole files: nothing rewritten
         # The next --incremental run still finds where the last one stopped.
         assert current.summary[LANDING_SNAPSHOT_PROPERTY] == RECORDED
         assert_no_snapshot_holds_a_partial_window(table)
