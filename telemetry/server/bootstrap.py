@@ -52,7 +52,7 @@ from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import ExporterHost
-from telemetry.server.lake_rollups import LakeRollupRetention, lake_rollup_retention
+from telemetry.server.lake_rollups import lake_rollup_retention
 from telemetry.server.self_metrics import ServerCollector, make_registry
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class Server:
         self._data_dir_lock: DataDirLock | None = None
         self.rollup_retention: PeriodicRetention | None = None
         #: ``[rollups] retention_hours`` on the lake's Iceberg rollup tables.
-        self.lake_rollup_retention: LakeRollupRetention | None = None
+        self.lake_rollup_retention: PeriodicRetention | None = None
         self.stopping = False
         #: Failures of the log or an exporter seen while running (sticky): exit status 1.
         self.failures: dict[str, str] = {}

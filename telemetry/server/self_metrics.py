@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from telemetry.ingest import IngestLog
     from telemetry.kafka.listener import KafkaListener
     from telemetry.server.exporter_host import ExporterHost
-    from telemetry.server.lake_rollups import LakeRollupRetention
 
 
 def _buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
@@ -59,7 +58,7 @@ class ServerCollector(Collector):
         hosts: Sequence[ExporterHost],
         rollup_retention: PeriodicRetention | None = None,
         readiness: Callable[[], list[str]] | None = None,
-        lake_rollup_retention: LakeRollupRetention | None = None,
+        lake_rollup_retention: PeriodicRetention | None = None,
     ) -> None:
         self.manager = manager
         self.listener = listener
