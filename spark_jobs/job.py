@@ -162,7 +162,7 @@ class Plan:
     appended_after: int | None = None
     """Incremental: the recorded landing snapshot to read appends after."""
     estimated_rows: int | None = None
-    """Batch: rows of the landing files the range touches (an upper bound), None if unknown."""
+    """Rows of the landing files the run may read (an upper bound), None if unknown."""
 
     def shuffle_partitions(self, given: int | None) -> int:
         """``given``, else sized to the data: one per ~2M rows, 1 to 8.
@@ -186,6 +186,22 @@ class NothingNewError(LookupError):
     """An incremental run found no rows appended since the last recorded snapshot."""
 
 
+def _incremental_rows(lake: Lake, snapshot_id: int, appends: list[int], align: int) -> int | None:
+    """Rows of the landing files around the appended rows: an upper bound of what the run reads.
+
+    The span of the appended files' ``time``, widened to whole ``align``
+    periods plus one before (the lookback, at most an hour) and two after
+    (the period after each touched one, whose deltas a late point changes).
+    """
+    reach = metadata.appended_reach(lake, appends)
+    if reach is None:
+        return None
+    start_s = int(reach[0].timestamp()) // align * align - align
+    end_s = (int(reach[1].timestamp()) // align + 3) * align
+    span = (datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC))
+    return metadata.rows_in(lake, snapshot_id, [span])
+
+
 def plan(args: argparse.Namespace, now: datetime) -> Plan:
     """Decide the run from the lake's metadata.
 
@@ -201,7 +217,15 @@ def plan(args: argparse.Namespace, now: datetime) -> Plan:
                 f"nothing appended to the landing since snapshot {state.landing_snapshot_id}"
             )
         recorded = next(iter(state.recorded.values()))
-        return Plan(lake, state.landing_snapshot_id, [], appended_after=recorded)
+        return Plan(
+            lake,
+            state.landing_snapshot_id,
+            [],
+            appended_after=recorded,
+            estimated_rows=_incremental_rows(
+                lake, state.landing_snapshot_id, state.appended_since, _align(args)
+            ),
+        )
     start, end = _range(args, now)
     rows = metadata.rows_in(lake, state.landing_snapshot_id, [(start, end)])
     if rows == 0:
