@@ -26,12 +26,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 CONFIG = """
-[rollups]
-retention_hours = 24
-[exporters.landing]
-type = "iceberg"
-[exporters.landing.options]
-path = "{data}"
+rollups = {{ retention_hours = 24 }}
+exporters.landing = {{ type = "iceberg", options = {{ path = "{data}" }} }}
 """
 RECORDED = "4242"
 HOUR = dt.timedelta(hours=1)
