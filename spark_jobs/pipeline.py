@@ -40,6 +40,7 @@ from spark_jobs.rollups.sums import sum_rollup_from
 
 __all__ = [
     "HOUR_S",
+    "SERIES_PARTITIONING",
     "STORAGE",
     "RollupSet",
     "ScanStats",
@@ -73,9 +74,24 @@ class RollupSet:
         self.persisted.clear()
 
 
-def prepare_and_persist(points: DataFrame) -> DataFrame:
-    """``prepare_points`` of the landing rows, persisted (not yet materialised)."""
-    return prepare_points(points).persist(STORAGE)
+SERIES_PARTITIONING = ("client_instance_id", "metric_name")
+"""What the persisted projection is hash-partitioned by: a prefix of every rollup's key."""
+
+
+def prepare_and_persist(points: DataFrame, partitions: int | None = None) -> DataFrame:
+    """``prepare_points`` of the landing rows, partitioned by series and persisted (lazily).
+
+    Why partitioned: every rollup groups (or, for cumulative points, orders a
+    window) by keys that include ``client_instance_id`` and ``metric_name``,
+    so once the projection is hash-partitioned by them Spark plans every
+    rollup of the run without an exchange: the landing is shuffled once
+    instead of once per rollup (docs/rollups.md "Performance"). A 1-minute
+    group holds about one point, so the per-rollup shuffles used to move
+    every point again. ``partitions`` defaults to the session's shuffle
+    partitions.
+    """
+    count = partitions or int(points.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4)
+    return prepare_points(points).repartition(count, *SERIES_PARTITIONING).persist(STORAGE)
 
 
 @dataclass(frozen=True, slots=True)
