@@ -191,8 +191,8 @@ def generate_apart(lake: Lake, points: int) -> int:
 
 
 def job_partitions(rows: int) -> int:
-    """The job's own sizing (``spark_jobs.job.Plan.shuffle_partitions``): one per ~2M rows, 1-8."""
-    return max(1, min(8, -(-rows // 2_000_000)))
+    """The job's sizing (``spark_jobs.job.Plan.shuffle_partitions``): one per ~500k rows, 1-32."""
+    return max(1, min(32, -(-rows // 500_000)))
 
 
 class PeakRss:
@@ -537,7 +537,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100k points, one run each")
     parser.add_argument("--runs", type=int, default=2, help="runs per query; the best counts")
     parser.add_argument(
-        "--shuffle-partitions", type=int, help="default: sized like the job (1 per ~2M points)"
+        "--shuffle-partitions", type=int, help="default: sized like the job (1 per ~500k points)"
     )
     args = parser.parse_args()
     sizes = [100_000] if args.quick else [int(p) for p in args.points.split(",")]
