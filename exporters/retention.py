@@ -204,7 +204,9 @@ class PeriodicRetention:
     ``retry_s`` (doubling up to ``interval_s``). ``guard``, if given, is held
     for each whole pass, so a writer that takes it too (the landing's
     publication) never races a deletion. ``tables`` and ``keep`` run in the
-    pass's thread, under the guard.
+    pass's thread, under the guard. ``prune_pass(now_ms)``, if given, is the
+    pass instead of pruning ``tables`` (the server's retention of the lake's
+    Iceberg rollup tables deletes by commit, not by directory).
     """
 
     def __init__(
@@ -218,6 +220,7 @@ class PeriodicRetention:
         interval_s: float = RETENTION_INTERVAL_S,
         retry_s: float = RETRY_S,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        prune_pass: Callable[[int], list[DeletedPartition]] | None = None,
     ) -> None:
         if retention_hours < 1:
             raise ValueError(f"retention_hours must be at least 1: {retention_hours!r}")
@@ -230,6 +233,7 @@ class PeriodicRetention:
         self._interval_s = interval_s
         self._retry_s = retry_s
         self._clock_ms = clock_ms
+        self._prune_pass = prune_pass
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -258,6 +262,8 @@ class PeriodicRetention:
         return deleted
 
     def _pass(self, now_ms: int) -> list[DeletedPartition]:
+        if self._prune_pass is not None:
+            return self._prune_pass(now_ms)
         keep = self._keep() if self._keep is not None else frozenset()
         return prune(self._tables(), now_ms=now_ms, retention_hours=self.retention_hours, keep=keep)
 

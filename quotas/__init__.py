@@ -34,7 +34,11 @@ from quotas.mutation_quota import (
     StrictControllerMutationQuota,
 )
 from quotas.registry import Metrics
-from quotas.request_quota_manager import RequestQuotaManager, nanos_to_percentage
+from quotas.request_quota_manager import (
+    NANOS_TO_PERCENTAGE_PER_SECOND,
+    RequestQuotaManager,
+    nanos_to_percentage,
+)
 from quotas.sensor import Metric, Sensor
 from quotas.stats import (
     Avg,
@@ -59,6 +63,7 @@ __all__ = [
     "DEFAULT",
     "INACTIVE_SENSOR_EXPIRATION_MS",
     "MAX_DOUBLE",
+    "NANOS_TO_PERCENTAGE_PER_SECOND",
     "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
     "UNLIMITED",
     "Avg",

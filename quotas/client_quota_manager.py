@@ -297,6 +297,10 @@ class ClientQuotaManager:
             self._configs_by_bound[bound] = config
         return config
 
+    def throttle_time_of(self, violation: QuotaViolationError, now_ms: int) -> int:
+        """The throttle for a violation of this manager's quota (a caller recording itself)."""
+        return self._throttle_time(violation, now_ms)
+
     def _throttle_time(self, violation: QuotaViolationError, now_ms: int) -> int:
         return throttle_time_ms(violation, now_ms)
 

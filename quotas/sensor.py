@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from quotas.config import MetricConfig
 from quotas.errors import QuotaViolationError
 from quotas.metric_name import MetricName
-from quotas.stats import MeasurableStat
+from quotas.stats import MeasurableStat, Rate
 from quotas.token_bucket import TokenBucket
 
 
@@ -116,10 +116,29 @@ class Sensor:
         with self._lock:
             # _record_locked, inlined: every quota check of every request comes here.
             self._last_record_ms = now_ms
-            for metric in self._metrics:
-                metric.stat.record(metric.config, value, now_ms)
-            if check_quotas:
-                self._check_quotas_locked(now_ms)
+            metrics = self._metrics
+            rate = metrics[0].stat if len(metrics) == 1 else None
+            if check_quotas and type(rate) is Rate:
+                # A client's quota sensor: one rate. Record, then check it, as
+                # below, in two calls instead of four (Rate.record and the
+                # check loop inlined; recording into every stat before checking
+                # any is the same thing for one stat).
+                metric = metrics[0]
+                config = metric.config
+                rate._last_config = config
+                rate.stat.record(config, value, now_ms)
+                quota = config.quota
+                if quota is not None:
+                    measured = rate.measure(config, now_ms)
+                    if not (measured <= quota.bound if quota.upper else measured >= quota.bound):
+                        raise QuotaViolationError(
+                            metric.metric_name, measured, quota.bound, rate, config
+                        )
+            else:
+                for metric in metrics:
+                    metric.stat.record(metric.config, value, now_ms)
+                if check_quotas:
+                    self._check_quotas_locked(now_ms)
         for parent in self.parents:
             parent.record(value, now_ms, check_quotas)
 

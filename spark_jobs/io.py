@@ -21,7 +21,8 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from spark_jobs.lake import Lake
+from spark_jobs.lake import LANDING_SNAPSHOT_PROPERTY, Lake, NoDataError
+from spark_jobs.spans import Range, merge_ranges
 
 __all__ = [
     "LANDING_SNAPSHOT_PROPERTY",
@@ -35,27 +36,6 @@ __all__ = [
     "within",
     "write_output",
 ]
-
-LANDING_SNAPSHOT_PROPERTY = "kip714.landing-snapshot-id"
-"""Snapshot property of every output commit: the landing snapshot it was computed from."""
-
-Range = tuple[datetime, datetime]
-"""``[start, end)`` in UTC."""
-
-
-class NoDataError(LookupError):
-    """The landing holds nothing the run could roll up (no table, no points in the range)."""
-
-
-def merge_ranges(ranges: Iterable[Range]) -> list[Range]:
-    """Sorted ranges with overlapping or touching ones joined."""
-    merged: list[Range] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 def within(column: str, ranges: Sequence[Range]) -> Column:

@@ -33,17 +33,16 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
-from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
+from spark_jobs import metadata
+from spark_jobs.lake import DEFAULT_NAMESPACE, Lake, NoDataError
+from spark_jobs.spans import Range, merge_ranges, parse_window, window_label
 
-from spark_jobs import io, metadata
-from spark_jobs.jars import JarsUnavailableError
-from spark_jobs.lake import DEFAULT_NAMESPACE, Lake
-from spark_jobs.rollups import DEFAULT_LOOKBACK, parse_window, window_label
-from spark_jobs.run import JobSummary, run_rollups
-from spark_jobs.session import spark_session
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.run import JobSummary
 
 __all__ = ["DEFAULT_LATENESS", "Plan", "main", "output_names", "parse_args", "plan"]
 
@@ -55,6 +54,7 @@ _HOUR = 3600
 _DEFAULT_SHUFFLE_PARTITIONS = 4
 _ROWS_PER_PARTITION = 500_000
 _MAX_PARTITIONS = 32
+_SMALL_INPUT_ROWS = 200_000
 
 
 def _time(text: str) -> datetime:
@@ -140,7 +140,7 @@ def _align(args: argparse.Namespace) -> int:
     return max(_HOUR, *windows)
 
 
-def _range(args: argparse.Namespace, now: datetime) -> io.Range:
+def _range(args: argparse.Namespace, now: datetime) -> Range:
     """The batch range, widened to whole hours and to the largest window."""
     end: datetime = args.end or now
     start: datetime = args.start or (end - args.lateness)
@@ -158,12 +158,12 @@ class Plan:
 
     lake: Lake
     snapshot_id: int
-    ranges: list[io.Range]
+    ranges: list[Range]
     """Batch: the range to recompute. Incremental: empty until the appended rows are read."""
     appended_after: int | None = None
     """Incremental: the recorded landing snapshot to read appends after."""
     estimated_rows: int | None = None
-    """Batch: rows of the landing files the range touches (an upper bound), None if unknown."""
+    """Rows of the landing files the run may read (an upper bound), None if unknown."""
 
     def shuffle_partitions(self, given: int | None) -> int:
         """``given``, else sized to the data: one per ~500k rows, 1 to 32.
@@ -181,16 +181,37 @@ class Plan:
             return _DEFAULT_SHUFFLE_PARTITIONS
         return max(1, min(_MAX_PARTITIONS, -(-self.estimated_rows // _ROWS_PER_PARTITION)))
 
+    @property
+    def small_input(self) -> bool:
+        """At most ~200k rows to read: the session starts with ``session.SMALL_INPUT_CONF``."""
+        return self.estimated_rows is not None and self.estimated_rows <= _SMALL_INPUT_ROWS
+
 
 class NothingNewError(LookupError):
     """An incremental run found no rows appended since the last recorded snapshot."""
+
+
+def _incremental_rows(lake: Lake, snapshot_id: int, appends: list[int], align: int) -> int | None:
+    """Rows of the landing files around the appended rows: an upper bound of what the run reads.
+
+    The span of the appended files' ``time``, widened to whole ``align``
+    periods plus one before (the lookback, at most an hour) and two after
+    (the period after each touched one, whose deltas a late point changes).
+    """
+    reach = metadata.appended_reach(lake, appends)
+    if reach is None:
+        return None
+    start_s = int(reach[0].timestamp()) // align * align - align
+    end_s = (int(reach[1].timestamp()) // align + 3) * align
+    span = (datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC))
+    return metadata.rows_in(lake, snapshot_id, [span])
 
 
 def plan(args: argparse.Namespace, now: datetime) -> Plan:
     """Decide the run from the lake's metadata.
 
     Raises:
-        io.NoDataError: no landing, or no point in the batch range.
+        NoDataError: no landing, or no point in the batch range.
         NothingNewError: ``--incremental`` and nothing appended since the last run.
     """
     lake = lake_of(args)
@@ -201,11 +222,19 @@ def plan(args: argparse.Namespace, now: datetime) -> Plan:
                 f"nothing appended to the landing since snapshot {state.landing_snapshot_id}"
             )
         recorded = next(iter(state.recorded.values()))
-        return Plan(lake, state.landing_snapshot_id, [], appended_after=recorded)
+        return Plan(
+            lake,
+            state.landing_snapshot_id,
+            [],
+            appended_after=recorded,
+            estimated_rows=_incremental_rows(
+                lake, state.landing_snapshot_id, state.appended_since, _align(args)
+            ),
+        )
     start, end = _range(args, now)
     rows = metadata.rows_in(lake, state.landing_snapshot_id, [(start, end)])
     if rows == 0:
-        raise io.NoDataError(
+        raise NoDataError(
             f"no landing data between {start:%Y-%m-%dT%H:%M}Z and {end:%Y-%m-%dT%H:%M}Z "
             f"in {lake.landing}"
         )
@@ -213,6 +242,11 @@ def plan(args: argparse.Namespace, now: datetime) -> Plan:
 
 
 def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> JobSummary:
+    """The Spark part of a run (PySpark is imported only once there is work)."""
+    from spark_jobs import io  # noqa: PLC0415
+    from spark_jobs.rollups import DEFAULT_LOOKBACK  # noqa: PLC0415
+    from spark_jobs.run import run_rollups  # noqa: PLC0415
+
     ranges = run_plan.ranges
     if run_plan.appended_after is not None:
         appended = io.read_appended(
@@ -223,9 +257,7 @@ def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> Jo
             datetime.fromtimestamp(int(h.timestamp()) // align * align, UTC)
             for h in io.touched_hours(appended)
         }
-        ranges = io.merge_ranges(
-            (s, s + timedelta(seconds=align) + DEFAULT_LOOKBACK) for s in starts
-        )
+        ranges = merge_ranges((s, s + timedelta(seconds=align) + DEFAULT_LOOKBACK) for s in starts)
         ranges = [(s, datetime.fromtimestamp(
             -(-int(e.timestamp()) // align) * align, UTC)) for s, e in ranges]  # fmt: skip
     return run_rollups(
@@ -243,10 +275,8 @@ def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> Jo
 
 def _one_line(error: BaseException) -> str:
     """The first line a user can act on: the Java exception's message, not py4j's wrapper."""
-    if isinstance(error, Py4JJavaError):
-        text = str(error.java_exception.toString()).strip().splitlines()
-    else:
-        text = str(error).strip().splitlines()
+    java = getattr(error, "java_exception", None)  # py4j's Py4JJavaError
+    text = str(error if java is None else java.toString()).strip().splitlines()
     return text[0] if text else type(error).__name__
 
 
@@ -286,9 +316,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NothingNewError as error:
         print(f"{_PROG} --incremental: {error}")
         return 0
-    except (io.NoDataError, ValueError) as error:
+    except (NoDataError, ValueError) as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 2
+    return _run_in_spark(args, run_plan)
+
+
+def _run_in_spark(args: argparse.Namespace, run_plan: Plan) -> int:
+    """Start (or join) the session and run; PySpark and py4j load only here."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # noqa: PLC0415
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    from spark_jobs.jars import JarsUnavailableError  # noqa: PLC0415
+    from spark_jobs.session import spark_session  # noqa: PLC0415
+
     had_session = SparkSession.getActiveSession() is not None
     log_path = None
     if not had_session and not args.verbose and "PYSPARK_GATEWAY_PORT" not in os.environ:
@@ -302,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lake=run_plan.lake,
                 shuffle_partitions=run_plan.shuffle_partitions(args.shuffle_partitions),
                 driver_memory=args.driver_memory,
+                small_input=run_plan.small_input,
             )
         print(execute(spark, args, run_plan).render())
         failed = False

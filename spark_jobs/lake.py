@@ -14,11 +14,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CATALOG_NAME", "DEFAULT_NAMESPACE", "LANDING_TABLE", "Lake"]
+__all__ = [
+    "CATALOG_NAME",
+    "DEFAULT_NAMESPACE",
+    "LANDING_SNAPSHOT_PROPERTY",
+    "LANDING_TABLE",
+    "Lake",
+    "NoDataError",
+]
 
 CATALOG_NAME = "kip714"
 DEFAULT_NAMESPACE = "kip714"
 LANDING_TABLE = "metrics"
+LANDING_SNAPSHOT_PROPERTY = "kip714.landing-snapshot-id"
+"""Snapshot property of every output commit: the landing snapshot it was computed from."""
+
+
+class NoDataError(LookupError):
+    """The landing holds nothing the run could roll up (no table, no points in the range)."""
 
 
 def _local_path(uri: str) -> Path | None:

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
+from pyiceberg.types import PrimitiveType
 
-from spark_jobs.io import LANDING_SNAPSHOT_PROPERTY, NoDataError, Range
-from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
+from spark_jobs.lake import (
+    CATALOG_NAME,
+    LANDING_SNAPSHOT_PROPERTY,
+    LANDING_TABLE,
+    Lake,
+    NoDataError,
+)
+from spark_jobs.spans import Range
 
-__all__ = ["LakeState", "lake_state", "output_written_rows", "rows_in"]
+__all__ = ["LakeState", "appended_reach", "lake_state", "output_written_rows", "rows_in"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,50 @@ def rows_in(lake: Lake, snapshot_id: int, ranges: list[Range]) -> int:
         return 0
     scan = landing.scan(row_filter=_time_filter(ranges), snapshot_id=snapshot_id)
     return sum(task.file.record_count for task in scan.plan_files())
+
+
+def appended_reach(lake: Lake, snapshot_ids: Iterable[int]) -> Range | None:
+    """The span of ``time`` over the data files the given append snapshots added.
+
+    From the files' column statistics (no data read); None if a file has
+    none. An incremental run reads the hours this span touches (and their
+    neighbours), so ``rows_in`` over it sizes the run before Spark starts.
+    """
+    landing = _load(_catalog(lake), lake, LANDING_TABLE)
+    if landing is None:
+        return None
+    field = landing.schema().find_field("time")
+    kind = field.field_type
+    if not isinstance(kind, PrimitiveType):
+        return None
+    low: int | None = None
+    high: int | None = None
+    for snapshot_id in snapshot_ids:
+        snapshot = landing.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            return None
+        for manifest in snapshot.manifests(landing.io):
+            if manifest.added_snapshot_id != snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(landing.io, discard_deleted=True):
+                lower = (entry.data_file.lower_bounds or {}).get(field.field_id)
+                upper = (entry.data_file.upper_bounds or {}).get(field.field_id)
+                if lower is None or upper is None:
+                    return None
+                first = _micros(from_bytes(kind, lower))
+                last = _micros(from_bytes(kind, upper))
+                low = first if low is None else min(low, first)
+                high = last if high is None else max(high, last)
+    if low is None or high is None:
+        return None
+    return (datetime.fromtimestamp(low / 1e6, UTC), datetime.fromtimestamp(high / 1e6, UTC))
+
+
+def _micros(value: object) -> int:
+    """A ``timestamptz`` bound: microseconds since the epoch."""
+    if not isinstance(value, int):
+        raise TypeError(f"not a timestamp bound: {value!r}")
+    return value
 
 
 def output_written_rows(lake: Lake, name: str) -> int:

@@ -110,11 +110,17 @@ def run_rollups(
             io.write_output(rollup, lake, name, ranges, snapshot_id)
             summary.written[name] = metadata.output_written_rows(lake, name)
         summary.unrolled = _unrolled(in_range)
+        # From the frame just written (its inputs are still persisted), not a re-read
+        # of the table: the same rows, without another catalog load and scan.
+        summary.top_latency = _worst_latency(rollups.outputs["client_health_1h"])
     finally:
         if rollups is not None:
             rollups.unpersist()
         prepared.unpersist()
-    health = spark.table(lake.table("client_health_1h")).where(io.within("window_start", ranges))
+    return summary
+
+
+def _worst_latency(health: DataFrame) -> list[tuple[str, str, str, float]]:
     worst = (
         health.where(sf.col("request_latency_p99_ms").isNotNull())
         .groupBy("client_id", "client_instance_id", "client_type")
@@ -123,8 +129,7 @@ def run_rollups(
         .limit(5)
         .collect()
     )
-    summary.top_latency = [
+    return [
         (str(r["client_id"]), str(r["client_instance_id"]), str(r["client_type"]), r["p99"])
         for r in worst
     ]
-    return summary

@@ -28,6 +28,23 @@ DEFAULT_MASTER = "local[*]"
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
+SMALL_INPUT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""A small run's JVM: C1 only, serial GC.
+
+Why: a run over a few thousand points spends its time in cold JVM code
+(analysis, planning, commits), where C2's compilations never pay back;
+halving the run (measured, docs/rollups.md). Only when this process starts
+the JVM; a long run on big inputs needs C2.
+"""
+
+SMALL_INPUT_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.iceberg.distribution-mode": "none",
+}
+"""A small run's SQL settings: no adaptive re-planning of one-partition stages,
+and no shuffle before each Iceberg write to cluster rows by partition (a
+task then writes every partition it holds: Iceberg's fanout writer)."""
+
 
 def _under_spark_submit() -> bool:
     """``spark-submit`` starts the JVM first and hands PySpark its gateway port."""
@@ -60,6 +77,7 @@ def spark_session(
     app_name: str = "kip714-rollup",
     shuffle_partitions: int = 4,
     driver_memory: str = "1g",
+    small_input: bool = False,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """Get (or create) the job's session.
@@ -67,6 +85,7 @@ def spark_session(
     ``master`` wins when given. Otherwise ``spark-submit``'s own master is
     kept, and a plain ``python`` run gets ``local[*]``. ``driver_memory`` only
     takes effect when this call starts the JVM (a plain ``python`` run).
+    ``small_input``: the start-up and SQL settings of a small run (above).
     """
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -89,7 +108,9 @@ def spark_session(
         # falling back to sort-based aggregation after 128 keys (2x faster, measured).
         "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536",
         "spark.driver.memory": driver_memory,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+        + (f" {SMALL_INPUT_JVM_OPTIONS}" if small_input else ""),
+        **(SMALL_INPUT_CONF if small_input else {}),
         **(iceberg_conf(lake) if lake is not None else {}),
         **(extra_conf or {}),
     }

@@ -48,6 +48,7 @@ __all__ = [
     "DECOMPRESSION_THREADS",
     "INLINE_DECOMPRESSED_BYTES",
     "RETRY_LATER_MS",
+    "Appended",
     "Ingress",
     "PushFields",
     "PushLog",
@@ -209,9 +210,13 @@ class RequestQuota(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PushFields:
-    """A PushTelemetry request's fields, whatever the transport."""
+    """A PushTelemetry request's fields, whatever the transport.
+
+    Not frozen, though nothing changes one: one is built per push, and a
+    frozen dataclass's ``__init__`` costs an ``object.__setattr__`` per field.
+    """
 
     client_instance_id: Uuid | None
     subscription_id: int
@@ -266,13 +271,13 @@ class Ingress:
         answer = manager.get_telemetry_subscriptions(client_instance_id, context, now_ms)
         return answer, max(answer.throttle_time_ms, quota.finish(now_ms))
 
-    def push(
+    def push_appending(
         self, fields: PushFields, context: RequestContext, quota: RequestQuota, now_ms: int
-    ) -> tuple[PushOutcome, int]:
-        """The outcome (or its future) and the quota throttle, recorded before any wait.
+    ) -> tuple[PushTelemetryResponse | Appended | asyncio.Future[PushTelemetryResponse], int]:
+        """As :meth:`push`, but a push queued in the log comes back as its :class:`Appended`.
 
-        The request time recorded is the event loop's so far: a deferred
-        decompression runs in a thread, and waiting for the fsync is not work.
+        For a door that completes pushes in callbacks (the Kafka listener):
+        no answer future per push, the log's own future is the one waited on.
         """
         manager = self.manager
         instance_id = fields.client_instance_id
@@ -307,14 +312,32 @@ class Ingress:
             inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
         quota_ms = quota.finish(now_ms, push_bytes=push_bytes)
+        if isinstance(outcome, AcceptedPush):
+            return self.append(outcome), quota_ms
         if isinstance(outcome, DeferredPush):
             return self._decompress(outcome), quota_ms
-        if isinstance(outcome, AcceptedPush):
-            return self.log_push(outcome), quota_ms
+        return outcome, quota_ms
+
+    def push(
+        self, fields: PushFields, context: RequestContext, quota: RequestQuota, now_ms: int
+    ) -> tuple[PushOutcome, int]:
+        """The outcome (or its future) and the quota throttle, recorded before any wait.
+
+        The request time recorded is the event loop's so far: a deferred
+        decompression runs in a thread, and waiting for the fsync is not work.
+        """
+        outcome, quota_ms = self.push_appending(fields, context, quota, now_ms)
+        if isinstance(outcome, Appended):
+            return outcome.future(), quota_ms
         return outcome, quota_ms
 
     def log_push(self, accepted: AcceptedPush) -> PushOutcome:
         """Append an accepted push; completed (in the manager too) from the log's future."""
+        appended = self.append(accepted)
+        return appended.future() if isinstance(appended, Appended) else appended
+
+    def append(self, accepted: AcceptedPush) -> PushTelemetryResponse | Appended:
+        """Queue an accepted push in the log: its outcome now (refused), or once durable."""
         manager = self.manager
         if not accepted.data:
             return manager.complete_push(accepted)  # null or empty metrics: nothing to log
@@ -331,18 +354,7 @@ class Ingress:
             _, durable = self.log.append_nowait(context, accepted.data)
         except Exception as error:
             return complete_failed_append(manager, accepted, error)
-        answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
-
-        def done(durable: asyncio.Future[None]) -> None:
-            error = asyncio.CancelledError() if durable.cancelled() else durable.exception()
-            if error is None:
-                outcome = manager.complete_push(accepted)
-            else:
-                outcome = complete_failed_append(manager, accepted, error)
-            _settle(answer, outcome)
-
-        durable.add_done_callback(done)
-        return answer
+        return Appended(manager, accepted, durable)
 
     def _decompress(self, deferred: DeferredPush) -> asyncio.Future[PushTelemetryResponse]:
         """Decompress in a thread, then log; the manager hears the outcome exactly once."""
@@ -355,13 +367,45 @@ class Ingress:
             if not isinstance(result, AcceptedPush):
                 _settle(answer, result)
                 return
-            logged = self.log_push(result)
-            if isinstance(logged, PushTelemetryResponse):
-                _settle(answer, logged)
+            appended = self.append(result)
+            if isinstance(appended, Appended):
+                appended.durable.add_done_callback(lambda _: _settle(answer, appended.outcome()))
             else:
-                logged.add_done_callback(lambda f: _settle(answer, f.result()))
+                _settle(answer, appended)
 
         decompressed.add_done_callback(done)
+        return answer
+
+
+class Appended:
+    """A push queued in the log; :meth:`outcome` once ``durable`` is done (exactly once).
+
+    Whoever waits for ``durable`` must call :meth:`outcome` from its
+    callback, so the manager hears how the append ended even if the door
+    stopped waiting (:meth:`future` does it for a door that awaits).
+    """
+
+    __slots__ = ("accepted", "durable", "manager")
+
+    def __init__(
+        self, manager: TelemetryManager, accepted: AcceptedPush, durable: asyncio.Future[None]
+    ) -> None:
+        self.manager = manager
+        self.accepted = accepted
+        self.durable = durable
+
+    def outcome(self) -> PushTelemetryResponse:
+        """Record the append's outcome in the manager; the response for the client."""
+        durable = self.durable
+        error = asyncio.CancelledError() if durable.cancelled() else durable.exception()
+        if error is None:
+            return self.manager.complete_push(self.accepted)
+        return complete_failed_append(self.manager, self.accepted, error)
+
+    def future(self) -> asyncio.Future[PushTelemetryResponse]:
+        """The outcome as a future of its own (a door that awaits, and may be cancelled)."""
+        answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
+        self.durable.add_done_callback(lambda _: _settle(answer, self.outcome()))
         return answer
 
 

@@ -9,11 +9,10 @@ Java client ``node_id``), so no rollup reads the attribute map for it.
 
 from __future__ import annotations
 
-import re
-from datetime import timedelta
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
+
+from spark_jobs.spans import parse_window, window_label
 
 __all__ = [
     "CLIENT_COLUMNS",
@@ -36,44 +35,6 @@ CLIENT_COLUMNS: tuple[str, ...] = (
 
 KEY_COLUMNS: tuple[str, ...] = ("metric_name", *CLIENT_COLUMNS, "node_id")
 """The grouping key of the gauge, sum and histogram rollups (after the window)."""
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
-_DAY_S = 86400
-
-
-def parse_window(window: str | timedelta) -> int:
-    """Window length in seconds from ``"1m"``, ``"15m"``, ``"1h"``, ``"1d"`` or a timedelta.
-
-    A window must divide a day evenly: windows then align with UTC hours and
-    days, so every output ``date/hour`` partition holds whole windows and a
-    rerun can replace it without touching its neighbours.
-
-    Raises:
-        ValueError: unparsable, not positive, or not a divisor of a day.
-    """
-    if isinstance(window, timedelta):
-        seconds = window.total_seconds()
-        if seconds != int(seconds):
-            raise ValueError(f"window {window} is not a whole number of seconds")
-        result = int(seconds)
-    else:
-        match = _WINDOW.match(window)
-        if match is None:
-            raise ValueError(f"window {window!r}: expected a number and a unit s, m, h or d")
-        result = int(match[1]) * _UNITS[match[2]]
-    if result <= 0 or _DAY_S % result != 0:
-        raise ValueError(f"window {window!s}: must be positive and divide one day evenly")
-    return result
-
-
-def window_label(window: str | timedelta) -> str:
-    """The shortest name of a window (``3600`` s → ``"1h"``), used in output names."""
-    seconds = parse_window(window)
-    for unit in ("d", "h", "m"):
-        if seconds % _UNITS[unit] == 0:
-            return f"{seconds // _UNITS[unit]}{unit}"
-    return f"{seconds}s"
 
 
 def series_attributes(attributes: str = "attributes") -> Column:

@@ -46,10 +46,10 @@ class InstanceCache:
     __slots__ = (
         "_by_connection",
         "_by_delay",
-        "_earliest_deadline_ms",
         "_entries",
         "_expiry_ms",
         "_max_size",
+        "earliest_deadline_ms",
     )
 
     def __init__(
@@ -64,9 +64,9 @@ class InstanceCache:
         self._entries: OrderedDict[Uuid, _Entry] = OrderedDict()  # eldest access first
         self._by_delay: dict[int, OrderedDict[Uuid, None]] = {}  # earliest deadline first
         self._by_connection: dict[str, set[Uuid]] = {}
-        # A lower bound on every deadline: expire() is called on every request
-        # and usually has nothing to do, so it answers that in O(1).
-        self._earliest_deadline_ms = _NO_DEADLINE
+        #: A lower bound on every deadline: expire() is due on every request
+        #: and usually has nothing to do; a caller compares with this first.
+        self.earliest_deadline_ms = _NO_DEADLINE
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -99,6 +99,33 @@ class InstanceCache:
             self._drop(client_instance_id)
             return None
         self._entries.move_to_end(client_instance_id)
+        return entry.instance
+
+    def touch(
+        self, client_instance_id: Uuid, now_ms: int, connection_id: str | None, version: int
+    ) -> ClientInstance | None:
+        """:meth:`get` then :meth:`arm` in one step: what every request of a known instance does.
+
+        ``None`` when the instance is absent, expired (dropped, as by
+        :meth:`get`), or evaluated before subscription ``version`` (left
+        untouched, for the caller to re-create).
+        """
+        entry = self._entries.get(client_instance_id)
+        if entry is None or entry.instance.subscription_version < version:
+            return None
+        if now_ms >= entry.deadline_ms:
+            self._drop(client_instance_id)
+            return None
+        self._entries.move_to_end(client_instance_id)
+        delay_ms = entry.delay_ms
+        if delay_ms and delay_ms == max(self._expiry_ms, 3 * entry.instance.push_interval_ms):
+            # The usual request: same delay, so only its place in the bucket moves.
+            self._by_delay[delay_ms].move_to_end(client_instance_id)
+            deadline_ms = entry.deadline_ms = now_ms + delay_ms
+            self.earliest_deadline_ms = min(self.earliest_deadline_ms, deadline_ms)
+            if connection_id is None or connection_id == entry.connection_id:
+                return entry.instance
+        self.arm(client_instance_id, now_ms, connection_id)
         return entry.instance
 
     def put(
@@ -139,7 +166,7 @@ class InstanceCache:
             entry.delay_ms = delay_ms
             self._by_delay.setdefault(delay_ms, OrderedDict())[client_instance_id] = None
         deadline_ms = entry.deadline_ms = now_ms + delay_ms
-        self._earliest_deadline_ms = min(self._earliest_deadline_ms, deadline_ms)
+        self.earliest_deadline_ms = min(self.earliest_deadline_ms, deadline_ms)
         if connection_id is not None and connection_id != entry.connection_id:
             self._unlink_connection(client_instance_id, entry.connection_id)
             entry.connection_id = connection_id
@@ -163,7 +190,7 @@ class InstanceCache:
 
     def expire(self, now_ms: int) -> list[Uuid]:
         """Drop every instance whose deadline is at or before ``now_ms``."""
-        if now_ms < self._earliest_deadline_ms:
+        if now_ms < self.earliest_deadline_ms:
             return []
         expired: list[Uuid] = []
         earliest = _NO_DEADLINE
@@ -178,7 +205,7 @@ class InstanceCache:
                 self._drop(client_instance_id)
         # Re-arming only moves deadlines later, and removals never earlier, so
         # the heads' minimum stays a valid lower bound until the next arm().
-        self._earliest_deadline_ms = earliest
+        self.earliest_deadline_ms = earliest
         return expired
 
     def _drop(self, client_instance_id: Uuid) -> None:

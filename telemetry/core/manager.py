@@ -110,9 +110,17 @@ class PushTelemetryResponse:
     error_code: ErrorCode = ErrorCode.NONE
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: The answer to a push logged without a throttle: one object for all of them.
+_ACCEPTED: Final = PushTelemetryResponse()
+
+
+@dataclass(slots=True, kw_only=True)
 class AcceptedPush:
     """A push that passed every check and now waits for its durable append.
+
+    Not frozen, though nothing changes one once built: one is built per
+    push, and a frozen dataclass's ``__init__`` costs an
+    ``object.__setattr__`` per field.
 
     ``data`` is the OTLP ``MetricsData`` bytes: decompressed, or as sent for
     compression NONE; ``b""`` when the client sent null or empty metrics
@@ -246,6 +254,8 @@ class TelemetryManager:
 
     def expire(self, now_ms: int) -> int:
         """Forget instances not heard from within their expiry delay; returns how many."""
+        if now_ms < self._cache.earliest_deadline_ms:
+            return 0  # nothing is due: every request asks
         expired = len(self._cache.expire(now_ms))
         self.stats.instances_expired += expired
         return expired
@@ -322,7 +332,8 @@ class TelemetryManager:
         A flood of failing terminating pushes thus costs one decompression
         per interval, not one per request.
         """
-        self.expire(now_ms)
+        if now_ms >= self._cache.earliest_deadline_ms:
+            self.expire(now_ms)
         if client_instance_id is None or client_instance_id.is_reserved:
             return self._push_refused(
                 None, InvalidRequestError(f"invalid client instance id {client_instance_id}")
@@ -430,6 +441,8 @@ class TelemetryManager:
         if error_code == ErrorCode.NONE:
             instance.terminating = accepted.terminating
         self.stats.push_responses[error_code] += 1
+        if error_code is ErrorCode.NONE and throttle_time_ms == 0:
+            return _ACCEPTED  # the usual answer, shared (it is frozen)
         return PushTelemetryResponse(
             throttle_time_ms=min(max(throttle_time_ms, 0), _INT32_MAX), error_code=error_code
         )
@@ -498,7 +511,14 @@ class TelemetryManager:
         self, client_instance_id: Uuid, context: RequestContext, now_ms: int
     ) -> ClientInstance:
         """Find, create, or re-create the instance, and re-arm its expiry."""
-        instance = self._cache.get(client_instance_id, now_ms)
+        cache = self._cache
+        # The usual request: found, current, re-armed in one step.
+        instance = cache.touch(
+            client_instance_id, now_ms, context.connection_id, self._subscriptions.version
+        )
+        if instance is not None:
+            return instance
+        instance = cache.get(client_instance_id, now_ms)
         if instance is None:
             metadata = ClientInstanceMetadata.from_context(client_instance_id, context)
         elif instance.subscription_version < self._subscriptions.version:
@@ -506,7 +526,7 @@ class TelemetryManager:
             # terminating, no error) keeps only the metadata, as Kafka does.
             metadata = instance.metadata
         else:
-            self._cache.arm(client_instance_id, now_ms, context.connection_id)
+            cache.arm(client_instance_id, now_ms, context.connection_id)
             return instance
         instance = self._create_instance(metadata)
         self.stats.instances_created += 1

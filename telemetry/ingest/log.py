@@ -85,6 +85,8 @@ class IngestLog:
         self._pending_futures: list[asyncio.Future[None]] = []
         self._pending_bytes = 0
         self._wakeup = asyncio.Event()
+        #: The writer waits for ``_wakeup``: only then does an append need to set it.
+        self._writer_idle = False
         self._new_data = asyncio.Event()
         self._failure: BaseException | None = None
         self._closing = False
@@ -172,7 +174,8 @@ class IngestLog:
         self._pending_lengths.append(length)
         self._pending_futures.append(future)
         self._pending_bytes += length
-        self._wakeup.set()
+        if self._writer_idle:
+            self._wakeup.set()  # a writer busy with a group takes this one next, unwoken
         return offset, future
 
     def _refuse(self, length: int) -> LogFullError:
@@ -205,7 +208,11 @@ class IngestLog:
                 if not self._pending_futures:
                     if self._closing:
                         return
-                    await self._wakeup.wait()
+                    self._writer_idle = True
+                    try:
+                        await self._wakeup.wait()
+                    finally:
+                        self._writer_idle = False
                     self._wakeup.clear()
                     continue
                 parts, lengths, futures = (

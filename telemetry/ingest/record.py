@@ -94,23 +94,23 @@ class _EncodedStrings:
     when it reaches ``max_entries``.
     """
 
-    __slots__ = ("_entries", "max_entries")
+    __slots__ = ("entries", "max_entries")
 
     def __init__(self, max_entries: int = 8192) -> None:
         self.max_entries = max_entries
-        self._entries: dict[_Strings, tuple[tuple[int, ...], bytes]] = {}
+        self.entries: dict[_Strings, tuple[tuple[int, ...], bytes]] = {}
 
     def get(self, strings: _Strings) -> tuple[tuple[int, ...], bytes]:
-        entry = self._entries.get(strings)
+        entry = self.entries.get(strings)
         if entry is None:
             encoded = [None if value is None else value.encode("utf-8") for value in strings]
             entry = (
                 tuple(_NONE if value is None else len(value) for value in encoded),
                 b"".join(value for value in encoded if value),
             )
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[strings] = entry
+            if len(self.entries) >= self.max_entries:
+                self.entries.clear()
+            self.entries[strings] = entry
         return entry
 
 
@@ -128,17 +128,18 @@ def encode_frame(offset: int, context: PushContext, payload: bytes) -> tuple[byt
         ValueError: A field does not fit the format (an integer out of range,
             or a body over ``MAX_BODY``).
     """
-    lengths, encoded = _ENCODED_STRINGS.get(
-        (
-            context.client_instance_id,
-            context.content_type,
-            context.client_id,
-            context.client_software_name,
-            context.client_software_version,
-            context.client_source_address,
-            context.principal,
-        )
+    strings = (
+        context.client_instance_id,
+        context.content_type,
+        context.client_id,
+        context.client_software_name,
+        context.client_software_version,
+        context.client_source_address,
+        context.principal,
     )
+    # _EncodedStrings.get's hit, inlined: every push comes here.
+    entry = _ENCODED_STRINGS.entries.get(strings)
+    lengths, encoded = entry if entry is not None else _ENCODED_STRINGS.get(strings)
     flags = _TERMINATING if context.terminating else 0
     port = context.client_source_port
     if port is not None:

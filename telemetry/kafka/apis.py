@@ -10,6 +10,7 @@ the request time charged to the client's ``request_percentage`` quota (KIP-124).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import struct
 import time
@@ -20,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Final
 from telemetry.core.client_uuid import Uuid
 from telemetry.core.manager import PushTelemetryResponse as ManagerPushResponse
 from telemetry.core.manager import TelemetryManager
-from telemetry.enforcement import Enforcement, Throttle
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity, Enforcement, Throttle
 from telemetry.errors import ErrorCode
-from telemetry.ingress import RETRY_LATER_MS, Ingress, PushFields, PushLog
+from telemetry.ingress import RETRY_LATER_MS, Appended, Ingress, PushFields, PushLog
 from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
 from telemetry.kafka.connection import CloseConnectionError, ConnectionState, PendingResponse
 from telemetry.kafka.pending import Pending
@@ -67,6 +68,11 @@ if TYPE_CHECKING:
     ]
 
 
+#: Who a connection is before its first request names the client (and a client that never does).
+_UNNAMED: Final = ClientEntity(ANONYMOUS_USER, "")
+#: Entities held at once (one entry per throttled entity, dropped once its throttle passed).
+MAX_MUTED_ENTITIES: Final = 100_000
+
 #: The api key, the first field of every request header.
 _API_KEY: Final = struct.Struct(">h")
 
@@ -100,6 +106,9 @@ class KafkaApis:
         self.security = security
         #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
         self._producer_ids = itertools.count(0)
+        #: Entities a quota throttles, until when (``time.monotonic``): every
+        #: connection of a throttled entity holds its next request until then.
+        self.muted: dict[ClientEntity, float] = {}
         self.table = ApiTable(self._charge)
         # In SUPPORTED_VERSIONS' order: librdkafka's captured frames list 18, 3, 71, 72.
         for api_key, name, handle in (
@@ -246,7 +255,7 @@ class KafkaApis:
             now_ms = self.clock()
         clients = self.enforcement.clients
         sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
-        return clients.finish_request(
+        throttle = clients.finish_request(
             state.entity,
             time.perf_counter_ns() - started_ns,
             now_ms,
@@ -254,6 +263,41 @@ class KafkaApis:
             mutation_throttle_ms=mutation_throttle_ms,
             sensors=sensors,
         )
+        if throttle.time_ms > 0:
+            self.mute(state.entity, throttle.time_ms)
+        return throttle
+
+    def mute(self, entity: ClientEntity, throttle_ms: int) -> None:
+        """Hold every connection of ``entity`` for ``throttle_ms``, not only the throttled one.
+
+        Kafka mutes the one channel a throttled response goes out on
+        (KIP-219) and counts on the client to honour the throttle on its
+        other connections. A client that opens many connections and ignores
+        it would otherwise keep sending on the unmuted ones and land well
+        over its quota; a compliant client has one connection to a broker, so
+        holding them all costs it nothing.
+        """
+        if entity == _UNNAMED:
+            # Every connection is (ANONYMOUS, "") until its first request names
+            # its client: holding that entity would hold everybody's first request.
+            return
+        muted = self.muted
+        until = time.monotonic() + throttle_ms / 1000
+        previous = muted.get(entity)
+        if previous is None:
+            if len(muted) >= MAX_MUTED_ENTITIES:
+                self.unmute_expired(time.monotonic())
+                if len(muted) >= MAX_MUTED_ENTITIES:
+                    return  # bounded: the throttled connection is still muted by itself
+            muted[entity] = until
+        elif until > previous:
+            muted[entity] = until
+
+    def unmute_expired(self, now_s: float) -> None:
+        """Forget entities whose throttle has passed (the listener's sweep)."""
+        muted = self.muted
+        for entity in [entity for entity, until in muted.items() if until <= now_s]:
+            del muted[entity]
 
     def _get(
         self,
@@ -295,12 +339,20 @@ class KafkaApis:
             if read is None:
                 return decoded(state, frame, started_ns)
             correlation_id, client_id, instance_id, subscription_id, terminating, codec, data = read
-            state.identify(client_id)
+            if client_id != state.client_id:
+                state.identify(client_id)
             fields = PushFields(
                 state.instance_id(instance_id), subscription_id, terminating, codec, data
             )
-            return self._push_fields(state, correlation_id, fields, started_ns)
+            # _push_fields' usual case, inlined: a push queued in the log.
+            outcome, quota_ms = ingress.push_appending(
+                fields, state.context(), _Quota(self, state, started_ns), clock()
+            )
+            if isinstance(outcome, Appended):
+                return _PushAnswer(outcome, correlation_id, quota_ms)
+            return self._push_outcome(correlation_id, outcome, quota_ms)
 
+        ingress, clock = self.ingress, self.clock
         return serve
 
     def _push(
@@ -322,9 +374,20 @@ class KafkaApis:
     def _push_fields(
         self, state: ConnectionState, correlation_id: int, fields: PushFields, started_ns: int
     ) -> tuple[bytes, int] | PendingResponse:
-        outcome, quota_ms = self.ingress.push(
+        outcome, quota_ms = self.ingress.push_appending(
             fields, state.context(), _Quota(self, state, started_ns), self.clock()
         )
+        return self._push_outcome(correlation_id, outcome, quota_ms)
+
+    def _push_outcome(
+        self,
+        correlation_id: int,
+        outcome: ManagerPushResponse | Appended | asyncio.Future[ManagerPushResponse],
+        quota_ms: int,
+    ) -> tuple[bytes, int] | PendingResponse:
+        """The answer to a push: now, once logged, or once decompressed in a thread and logged."""
+        if isinstance(outcome, Appended):
+            return _PushAnswer(outcome, correlation_id, quota_ms)
         if isinstance(outcome, ManagerPushResponse):
             return _push_response(correlation_id, outcome, quota_ms)
         return Pending(
@@ -350,13 +413,47 @@ class _Quota:
     def finish(
         self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
     ) -> int:
-        return self._apis._finish_request(
-            self._state,
-            self._started_ns,
-            now_ms=now_ms,
+        # KafkaApis._finish_request, inlined: every push comes here.
+        state = self._state
+        clients = self._apis.enforcement.clients
+        sensors = state.quota_sensors = clients.sensors(state.entity, state.quota_sensors, now_ms)
+        throttle_ms = clients.finish_request(
+            state.entity,
+            time.perf_counter_ns() - self._started_ns,
+            now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
+            sensors=sensors,
         ).time_ms
+        if throttle_ms > 0:
+            self._apis.mute(state.entity, throttle_ms)
+        return throttle_ms
+
+
+class _PushAnswer:
+    """A push waiting for the log: answered from the log's own future, no other future made.
+
+    The connection asks for the callback once, right after the push was
+    handed over; the manager hears the append's outcome in that callback.
+    """
+
+    __slots__ = ("_appended", "_callback", "_correlation_id", "_quota_ms")
+
+    def __init__(self, appended: Appended, correlation_id: int, quota_ms: int) -> None:
+        self._appended = appended
+        self._correlation_id = correlation_id
+        self._quota_ms = quota_ms
+
+    def add_done_callback(self, callback: Callable[[tuple[bytes, int]], None]) -> None:
+        self._callback = callback
+        self._appended.durable.add_done_callback(self._done)
+
+    def _done(self, _: object) -> None:
+        outcome = self._appended.outcome()
+        # _push_response, inlined.
+        throttle_ms = max(outcome.throttle_time_ms, self._quota_ms)
+        response = encode_push_response_v0(self._correlation_id, throttle_ms, outcome.error_code)
+        self._callback((response, throttle_ms))
 
 
 #: A push whose outcome future was cancelled (the server stopping): retry later.

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -167,6 +168,8 @@ class FrameHandler(Protocol):
 
     max_frame_bytes: int
     request_memory: RequestMemoryPool
+    #: Throttled entities and until when (``time.monotonic``): see ``KafkaApis.mute``.
+    muted: dict[ClientEntity, float]
     #: Where every connection's reads land (one event loop reads one at a time).
     read_buffer: memoryview
 
@@ -362,13 +365,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 held = self._frame_bytes + SIZE_PREFIX.size + SIZE_PREFIX.unpack_from(buffer)[0]
         delta = held - self._held
         pool = self._handler.request_memory
-        if delta or pool.exhausted:
+        if delta or pool.held >= pool.bound:  # pool.exhausted, without the property call
             self._held = held
             pool.change(delta)
 
     def _pump(self) -> None:
         """Answer queued frames in order until one must wait (a push, a mute, a full socket)."""
         while self._frames and not self._busy and not self._closed and not self._writing_paused:
+            muted = self._handler.muted
+            if muted and self._held_for_entity(muted):
+                return
             frame = self._frames.popleft()
             self._frame_bytes -= len(frame)
             try:
@@ -395,6 +401,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._unpause(_BACKLOG)
         if self._eof and not self._frames and not self._busy:
             self.close("truncated" if self._buffer else "eof")
+
+    def _held_for_entity(self, muted: dict[ClientEntity, float]) -> bool:
+        """Mute this connection while its entity is throttled on another (``KafkaApis.mute``)."""
+        until = muted.get(self.state.entity)
+        if until is None:
+            return False
+        wait_s = until - time.monotonic()
+        if wait_s <= 0:
+            del muted[self.state.entity]
+            return False
+        self._busy = True
+        self._pause(_MUTED)
+        self._mute = asyncio.get_running_loop().call_later(wait_s, self._unmute)
+        return True
 
     def _completed(self, outcome: tuple[bytes, int]) -> None:
         self._busy = self._in_flight = False

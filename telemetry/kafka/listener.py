@@ -125,6 +125,13 @@ class KafkaListener:
             admin=admin,
             security=security,
         )
+        #: Throttled entities: every connection of one holds its next request (KafkaApis.mute).
+        self.muted = self.apis.muted
+        #: Answers one request: ``(response frame, throttle ms)``, or a push
+        #: still being logged. The API table's own method: no call in between.
+        self.handle_frame: Callable[
+            [ConnectionState, bytes], tuple[bytes, int] | PendingResponse
+        ] = self.apis.handle_frame
         # Admission: connections counted by the connection quotas, the
         # acceptor's backlog while it is delayed, and when the delay ends.
         self._counted: set[KafkaConnection] = set()
@@ -307,6 +314,7 @@ class KafkaListener:
             await asyncio.sleep(min(MAX_SWEEP_PERIOD_S, max(0.01, idle_ms / 10_000)))
             try:
                 self.close_idle(time.monotonic(), idle_ms)
+                self.apis.unmute_expired(time.monotonic())
                 self.enforcement.tick(self.clock())
             except Exception:
                 _log.exception("the Kafka listener's sweep failed; it runs again")
@@ -339,9 +347,3 @@ class KafkaListener:
         if sweeper is not None:
             sweeper.cancel()
             await asyncio.gather(sweeper, return_exceptions=True)
-
-    def handle_frame(
-        self, state: ConnectionState, frame: bytes
-    ) -> tuple[bytes, int] | PendingResponse:
-        """Answer one request: ``(response frame, throttle ms)``, or a push still being logged."""
-        return self.apis.handle_frame(state, frame)

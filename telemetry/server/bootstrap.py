@@ -52,6 +52,7 @@ from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import ExporterHost
+from telemetry.server.lake_rollups import lake_rollup_retention
 from telemetry.server.self_metrics import ServerCollector, make_registry
 
 if TYPE_CHECKING:
@@ -198,6 +199,8 @@ class Server:
         self._serving = False
         self._data_dir_lock: DataDirLock | None = None
         self.rollup_retention: PeriodicRetention | None = None
+        #: ``[rollups] retention_hours`` on the lake's Iceberg rollup tables.
+        self.lake_rollup_retention: PeriodicRetention | None = None
         self.stopping = False
         #: Failures of the log or an exporter seen while running (sticky): exit status 1.
         self.failures: dict[str, str] = {}
@@ -232,6 +235,9 @@ class Server:
                 settings.data_dir / ROLLUPS_DIR, settings.rollups_retention_hours
             )
             self.rollup_retention.start()
+        self.lake_rollup_retention = lake_rollup_retention(settings)
+        if self.lake_rollup_retention is not None:
+            self.lake_rollup_retention.start()
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
@@ -301,6 +307,7 @@ class Server:
             self.hosts,
             self.rollup_retention,
             readiness=self.readiness,
+            lake_rollup_retention=self.lake_rollup_retention,
         )
         registry = make_registry(collector)
         # The same client quotas as the Kafka listener's (SIGHUP applies to all).
@@ -399,8 +406,14 @@ class Server:
         if self._runner is not None:
             steps.append(("http listener", self._runner.cleanup))
         steps.append(("password checks", self._close_password_checks))
-        if self.rollup_retention is not None:
-            steps.append(("rollup retention", self.rollup_retention.stop))
+        steps += [
+            (name, retention.stop)
+            for name, retention in (
+                ("rollup retention", self.rollup_retention),
+                ("lake rollup retention", self.lake_rollup_retention),
+            )
+            if retention is not None
+        ]
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
         if self.log is not None:
             steps.append(("ingest log", self.log.close))

@@ -58,12 +58,14 @@ class ServerCollector(Collector):
         hosts: Sequence[ExporterHost],
         rollup_retention: PeriodicRetention | None = None,
         readiness: Callable[[], list[str]] | None = None,
+        lake_rollup_retention: PeriodicRetention | None = None,
     ) -> None:
         self.manager = manager
         self.listener = listener
         self.log = log
         self.hosts = hosts
         self.rollup_retention = rollup_retention
+        self.lake_rollup_retention = lake_rollup_retention
         self.readiness = readiness
 
     def collect(self) -> Iterable[Metric]:
@@ -250,6 +252,8 @@ class ServerCollector(Collector):
         datasets: list[tuple[str, RetentionStats]] = []
         if self.rollup_retention is not None:
             datasets.append(("rollups", self.rollup_retention.stats))
+        if self.lake_rollup_retention is not None:
+            datasets.append((self.lake_rollup_retention.name, self.lake_rollup_retention.stats))
         for host in self.hosts:
             stats = getattr(host.exporter, "retention_stats", None)
             if isinstance(stats, RetentionStats):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pyspark
 
+from spark_jobs.session import SMALL_INPUT_JVM_OPTIONS
+
 SPARK_HOME = Path(pyspark.__file__).parent
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://127\.0\.0\.1:\d+)")
 _REGISTERED = re.compile(r"Registering worker 127\.0\.0\.1:\d+ with 1 cores")
@@ -33,6 +35,7 @@ def spark_env(workdir: Path) -> dict[str, str]:
         "SPARK_HOME": str(SPARK_HOME),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": SMALL_INPUT_JVM_OPTIONS,
         "SPARK_LOG_DIR": str(workdir),
         "SPARK_WORKER_DIR": str(workdir / "work"),
     }

@@ -15,6 +15,7 @@ import spark_jobs
 from spark_jobs.jars import iceberg_jars
 from spark_jobs.job import main, output_names
 from spark_jobs.lake import Lake
+from spark_jobs.session import SMALL_INPUT_JVM_OPTIONS
 from tests.spark_jobs.lake_writer import append_rows
 from tests.spark_jobs.landing_data import two_hours
 from tests.spark_jobs.standalone import SPARK_HOME, spark_env, standalone_cluster
@@ -61,6 +62,8 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
             str(SPARK_HOME / "bin" / "spark-submit"), "--master", master,
             "--jars", ",".join(map(str, jars)), "--py-files", str(package_zip(tmp_path)),
             "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=512m",
+            "--conf", f"spark.driver.extraJavaOptions={SMALL_INPUT_JVM_OPTIONS}",
+            "--conf", f"spark.executor.extraJavaOptions={SMALL_INPUT_JVM_OPTIONS}",
             "--conf", f"spark.pyspark.python={sys.executable}",
             "--conf", f"spark.pyspark.driver.python={sys.executable}",
             str(PACKAGE / "job.py"), "--data-dir", data_dir,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -10,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.io import read_landing
-from spark_jobs.job import main
+from spark_jobs.job import main, parse_args, plan
 from spark_jobs.lake import Lake
 from spark_jobs.pipeline import plan_rollups
 from spark_jobs.rollups import prepare_points
@@ -71,6 +73,10 @@ def test_incremental_equals_a_full_recompute_across_late_points_and_compaction(
             seen.append(gauges_1m_rows(lake))
             stop.wait(0.02)
 
+    # The pre-flight sizes the run from the appended files' statistics: a small run.
+    estimate = plan(parse_args([*lake_args(lake), "--incremental"]), datetime.now(UTC))
+    assert estimate.small_input
+
     thread = threading.Thread(target=reader)
     thread.start()
     try:
@@ -81,6 +87,10 @@ def test_incremental_equals_a_full_recompute_across_late_points_and_compaction(
     after = gauges_1m_rows(lake)
     out = capsys.readouterr().out
     assert "appends after snapshot" in out
+    read = re.search(r"([\d,]+) data points read", out)
+    assert read is not None
+    assert estimate.estimated_rows is not None
+    assert 0 < int(read[1].replace(",", "")) <= estimate.estimated_rows  # an upper bound
     # 04:xx and 05:xx were touched, each with the hour after it (a successor's delta).
     assert "2026-11-21T04:00Z .. 2026-11-21T07:00Z" in out
 

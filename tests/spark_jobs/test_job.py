@@ -94,6 +94,29 @@ def test_no_data_in_range_is_refused_before_any_jvm(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1
 
 
+_IMPORTED = """
+import sys
+from telemetry.cli.main import main
+code = main(sys.argv[1:])
+heavy = ("pyspark", "py4j", "exporters", "telemetry.server", "telemetry.cli.lake")
+print(sorted(m for m in sys.modules if m.startswith(heavy)))
+sys.exit(code)
+"""
+
+
+def test_kip714_rollup_refuses_an_empty_range_without_importing_spark_or_the_server(
+    tmp_path: Path,
+) -> None:
+    lake = Lake.under(tmp_path)
+    append_rows(lake, [point(time=at(0, 1))])
+    command = [sys.executable, "-c", _IMPORTED, "rollup", "--data-dir", str(tmp_path),
+               "--from", "2020-01-01T00:00", "--to", "2020-01-01T02:00"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "no landing data between 2020-01-01T00:00Z" in result.stderr
+    assert result.stdout == "[]\n"
+
+
 def test_missing_data_dir_and_missing_lake_are_one_line_and_status_2(tmp_path: Path) -> None:
     for data_dir, message in (
         (tmp_path / "nope", f"data directory not found: {tmp_path / 'nope'}"),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from telemetry.enforcement import (
+    ClientEntity,
     ClientQuotaSettings,
     Enforcement,
     QuotaSettings,
@@ -92,6 +93,50 @@ async def test_push_over_its_byte_rate_is_accepted_throttled_and_muted(
     throttle_time = enforcer.metrics.get_sensor("ProduceThrottleTime-:noisy")
     assert throttle_time is not None
     assert throttle_time.metrics[0].measurable_value(ManualClock().now_ms) == 500
+
+
+async def test_a_throttle_holds_every_connection_of_the_entity(tmp_path: Path) -> None:
+    """A client on many connections cannot keep sending on the ones the throttle did not mute."""
+    clock = ManualClock()
+    payload = otlp_payload("org.apache.kafka.producer.bytes", points=40)
+    quota = len(payload) / 10.5  # one push is 5 % over: X = 0.05 * 10 s = 500 ms
+    enforcer = enforcement(client_id="noisy", push_byte_rate=quota)
+    async with running_server(tmp_path, clock=clock, enforcement=enforcer) as server:
+        pushing = await server.connect("noisy")
+        other = await server.connect("noisy")
+        elsewhere = await server.connect("quiet")
+        # Each connection names its client first (a connection is known by its requests).
+        for client in (other, elsewhere):
+            assert (await client.api_versions()).throttle_time_ms == 0
+        subscription = await pushing.subscribe()
+        sent_at = time.monotonic()
+        pushed = await pushing.push(
+            subscription.client_instance_id, subscription.subscription_id, payload
+        )
+        quiet_versions = await elsewhere.api_versions()
+        held_versions = await other.api_versions()
+        held_after_s = time.monotonic() - sent_at
+        for client in (pushing, other, elsewhere):
+            await client.close()
+
+    assert pushed.throttle_time_ms == 500
+    # The same entity's other connection was held for the throttle, though not throttled itself;
+    assert (held_versions.error_code, held_versions.throttle_time_ms) == (ErrorCode.NONE, 0)
+    assert held_after_s >= 0.5 - TIMER_SLACK_S
+    # another client id was neither throttled nor counted.
+    assert (quiet_versions.error_code, quiet_versions.throttle_time_ms) == (ErrorCode.NONE, 0)
+    assert enforcer.tracker.counts[ThrottleReason.PUSH_BYTE_RATE] == 1
+
+
+async def test_an_unnamed_client_is_held_on_its_own_connection_only(tmp_path: Path) -> None:
+    """Every connection is (ANONYMOUS, "") before its first request: that entity is never held."""
+    async with running_server(tmp_path, clock=ManualClock()) as server:
+        apis = server.listener.apis
+        apis.mute(ClientEntity("ANONYMOUS", ""), 1000)
+        apis.mute(ClientEntity("ANONYMOUS", "noisy"), 1000)
+        apis.mute(ClientEntity("alice", ""), 1000)
+        held = set(apis.muted)
+    assert held == {ClientEntity("ANONYMOUS", "noisy"), ClientEntity("alice", "")}
 
 
 async def test_other_clients_are_not_throttled_by_a_quota_they_do_not_match(
