@@ -21,6 +21,7 @@ peak RSS of this process tree (the driver JVM included).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -177,6 +178,21 @@ def generate(lake: Lake, points: int) -> int:
         append_arrow(lake, table, properties={"kip714.writer": "rollup_bench"})
         written += n
     return written
+
+
+def generate_apart(lake: Lake, points: int) -> int:
+    """``generate`` in a child process that exits before anything is timed.
+
+    Why: numpy and pyarrow keep the generator's buffers in this process, whose
+    RSS counts in the Spark run's peak; the job itself never generates data.
+    """
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return int(pool.apply(generate, (lake, points)))
+
+
+def job_partitions(rows: int) -> int:
+    """The job's sizing (``spark_jobs.job.Plan.shuffle_partitions``): one per ~500k rows, 1-32."""
+    return max(1, min(32, -(-rows // 500_000)))
 
 
 class PeakRss:
@@ -520,7 +536,9 @@ def main() -> None:
     parser.add_argument("--points", default="1000000,10000000")
     parser.add_argument("--quick", action="store_true", help="100k points, one run each")
     parser.add_argument("--runs", type=int, default=2, help="runs per query; the best counts")
-    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument(
+        "--shuffle-partitions", type=int, help="default: sized like the job (1 per ~500k points)"
+    )
     args = parser.parse_args()
     sizes = [100_000] if args.quick else [int(p) for p in args.points.split(",")]
     if any(s < 1 or s > MAX_POINTS for s in sizes):
@@ -532,16 +550,19 @@ def main() -> None:
     try:
         with PeakRss() as rss:
             spark = spark_session(
-                lake=Lake.under(root), shuffle_partitions=args.shuffle_partitions,
+                lake=Lake.under(root), shuffle_partitions=args.shuffle_partitions or 4,
                 driver_memory="1g",
             )  # fmt: skip
             spark.range(10).count()  # start the JVM before timing anything
             for size in sizes:
                 lake = Lake.under(root, namespace=f"points_{size}")
                 began = time.perf_counter()
-                rows = generate(lake, size)
+                rows = generate_apart(lake, size)
                 print(f"\n{rows:,} points generated into {lake.landing} in "
                       f"{time.perf_counter() - began:.1f} s")  # fmt: skip
+                partitions = args.shuffle_partitions or job_partitions(rows)
+                spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+                print(f"shuffle partitions: {partitions}")
                 rss.peak = 0
                 sp = time_spark(spark, lake, runs)
                 spark_peak = rss.peak

@@ -15,9 +15,9 @@ which answers an empty range from metadata alone, would pay for it.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from spark_jobs.io import read_landing, write_output
     from spark_jobs.lake import Lake, NoDataError
     from spark_jobs.rollups import (
@@ -67,3 +67,8 @@ def __getattr__(name: str) -> object:
     if home is None:
         raise AttributeError(f"module 'spark_jobs' has no attribute {name!r}")
     return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, so ``dir(spark_jobs)`` lists what ``__all__`` promises."""
+    return sorted({*globals(), *__all__})

@@ -52,7 +52,8 @@ DEFAULT_LATENESS = timedelta(hours=2)
 _PROG = "kip714 rollup"
 _HOUR = 3600
 _DEFAULT_SHUFFLE_PARTITIONS = 4
-_ROWS_PER_PARTITION = 2_000_000
+_ROWS_PER_PARTITION = 500_000
+_MAX_PARTITIONS = 32
 _SMALL_INPUT_ROWS = 200_000
 
 
@@ -106,7 +107,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--lateness", type=_duration, default=DEFAULT_LATENESS, help="reach of the default range")
     add("--top", type=int, default=10, help="clients per metric and hour in top_clients_1h")
     add("--top-by", default="p99", choices=("count", "avg", "max", "last", "p50", "p95", "p99"))
-    add("--shuffle-partitions", type=int, help="default: sized to the data (1 per ~2M points)")
+    add("--shuffle-partitions", type=int, help="default: sized to the data (1 per ~500k points)")
     add("--driver-memory", default="1g", help="when this process starts the JVM")
     add("--verbose", action="store_true", help="keep Spark's own log output on stderr")
     args = parser.parse_args(argv)
@@ -165,16 +166,20 @@ class Plan:
     """Rows of the landing files the run may read (an upper bound), None if unknown."""
 
     def shuffle_partitions(self, given: int | None) -> int:
-        """``given``, else sized to the data: one per ~2M rows, 1 to 8.
+        """``given``, else sized to the data: one per ~500k rows, 1 to 32.
 
         Why: on a small run every extra shuffle partition is a task with a fixed
         cost and nothing to do; AQE coalesces after the fact but still plans them.
+        On a large one every rollup task sorts or hashes its whole partition
+        (the projection is partitioned once, ``pipeline.prepare_and_persist``):
+        at 2M points per partition the 1-minute gauges spilled 6.7 GB with a
+        1 GiB driver, so partitions stay near 500k points.
         """
         if given is not None:
             return given
         if self.estimated_rows is None:
             return _DEFAULT_SHUFFLE_PARTITIONS
-        return max(1, min(8, -(-self.estimated_rows // _ROWS_PER_PARTITION)))
+        return max(1, min(_MAX_PARTITIONS, -(-self.estimated_rows // _ROWS_PER_PARTITION)))
 
     @property
     def small_input(self) -> bool:

@@ -19,7 +19,9 @@ bound), and the result is clamped to ``[min, max]``.
 
 from __future__ import annotations
 
+import operator
 from datetime import timedelta
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
@@ -50,12 +52,15 @@ _COLUMNS = (*PREPARED_POINT_COLUMNS, "push_offset", "explicit_bounds")
 def valid_histogram() -> Column:
     """True for a histogram point whose buckets match its bounds."""
     bounds = sf.coalesce(sf.col("explicit_bounds"), sf.array().cast("array<double>"))
+    buckets = sf.col("bucket_counts")
+    # "No null element" as "compacting drops nothing": the same test without a lambda
+    # (Spark interprets higher-order functions row by row, outside generated code).
     return (
         (sf.col("metric_type") == "histogram")
-        & sf.col("bucket_counts").isNotNull()
-        & (sf.size("bucket_counts") == sf.size(bounds) + 1)
-        & sf.forall(bounds, lambda bound: bound.isNotNull())
-        & sf.forall("bucket_counts", lambda count: count.isNotNull())
+        & buckets.isNotNull()
+        & (sf.size(buckets) == sf.size(bounds) + 1)
+        & (sf.size(sf.array_compact(bounds)) == sf.size(bounds))
+        & (sf.size(sf.array_compact(buckets)) == sf.size(buckets))
     )
 
 
@@ -75,6 +80,32 @@ def rank_bucket(cumulative: Column, q: float) -> Column:
     """0-based index of the bucket where the cumulative count reaches ``q × total``."""
     rank = sf.lit(q) * sf.element_at(cumulative, -1)
     return sf.size(sf.filter(cumulative, lambda c: c < rank))
+
+
+_MAX_UNROLLED = 64
+"""Longest layout whose running totals and ranks are unrolled into plain expressions."""
+
+
+def _unrolled_counts(buckets: Column, max_buckets: int) -> Column:
+    """``cumulative_counts`` without a lambda, for arrays of at most ``max_buckets``.
+
+    Totals past an array's end are null (``try_element_at``) and sliced off.
+    """
+    totals: list[Column] = []
+    for i in range(1, max_buckets + 1):
+        item = sf.try_element_at(buckets, sf.lit(i))
+        totals.append(item if not totals else totals[-1] + item)
+    return sf.slice(sf.array(*totals), 1, sf.size(buckets))
+
+
+def _unrolled_rank(cumulative: Column, q: float, max_buckets: int) -> Column:
+    """``rank_bucket`` without a lambda: one comparison per index (false past the end)."""
+    rank = sf.lit(q) * sf.element_at(cumulative, -1)
+    below = [
+        sf.when(sf.try_element_at(cumulative, sf.lit(i)) < rank, 1).otherwise(0)
+        for i in range(1, max_buckets + 1)
+    ]
+    return reduce(operator.add, below)
 
 
 def bucket_quantile(
@@ -178,7 +209,7 @@ def histogram_rollup(
             *_merged(max_buckets),
         )
     )
-    return _finish(aggregated)
+    return _finish(aggregated, max_buckets)
 
 
 def histogram_rollup_from(
@@ -199,7 +230,7 @@ def histogram_rollup_from(
         sf.sum("baseline_points").alias("baseline_points"),
         *_merged(max_buckets),
     )
-    return _finish(aggregated)
+    return _finish(aggregated, max_buckets)
 
 
 def _bucket_sums(max_buckets: int) -> Column:
@@ -241,13 +272,21 @@ def _merged(max_buckets: int | None = None) -> list[Column]:
     ]
 
 
-def _finish(aggregated: DataFrame) -> DataFrame:
-    """Output columns and bucket percentiles of merged histograms."""
-    with_cumulative = aggregated.withColumn(
-        "_cumulative", cumulative_counts(sf.col("bucket_counts"))
-    ).select(
-        "*",
-        *(rank_bucket(sf.col("_cumulative"), q).alias(f"_k_{name}") for name, q in GAUGE_QUANTILES),
+def _finish(aggregated: DataFrame, max_buckets: int | None = None) -> DataFrame:
+    """Output columns and bucket percentiles of merged histograms.
+
+    With ``max_buckets`` (up to ``_MAX_UNROLLED``) the running totals and
+    ranks are plain expressions, which Spark compiles, instead of lambdas.
+    """
+    buckets, cumulative = sf.col("bucket_counts"), sf.col("_cumulative")
+    if max_buckets is not None and 0 < max_buckets <= _MAX_UNROLLED:
+        totals = _unrolled_counts(buckets, max_buckets)
+        ranks = [_unrolled_rank(cumulative, q, max_buckets) for _, q in GAUGE_QUANTILES]
+    else:
+        totals = cumulative_counts(buckets)
+        ranks = [rank_bucket(cumulative, q) for _, q in GAUGE_QUANTILES]
+    with_cumulative = aggregated.withColumn("_cumulative", totals).select(
+        "*", *(k.alias(f"_k_{name}") for k, (name, _) in zip(ranks, GAUGE_QUANTILES, strict=True))
     )
     return with_cumulative.select(
         *window_bounds(),
