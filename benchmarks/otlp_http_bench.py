@@ -20,6 +20,13 @@ average. Targets: kip714 >= 50% of the ceiling; p99 < 20 ms at half rate.
 
     python3 benchmarks/otlp_http_bench.py            # about 1 minute
     python3 benchmarks/otlp_http_bench.py --quick    # smoke run
+    python3 benchmarks/otlp_http_bench.py --flatten  # the landing's flattening alone
+
+``--flatten`` measures what the default landing's worker does per request
+before writing Parquet (``exporters.iceberg.rows``: the vectorised flattener
+and the lake's row conversion), in CPU time, over batches of both bodies and
+of the recorded librdkafka pushes (``/work/shared/data``, when present); the
+target is <= 150 µs per 64-point request.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -54,6 +62,12 @@ from _loadgen import build_metrics_data, percentile
 from _stages import OTLP_STAGES, breakdown
 from ack_bench import Kip714Server
 
+from exporters.api import LoggedPush
+from exporters.iceberg.rows import COALESCE_PUSHES
+from exporters.iceberg.schema import to_lake_rows
+from exporters.parquet.fast import flatten_fast
+from exporters.parquet.flatten import flatten_to_table
+
 if TYPE_CHECKING:
     from multiprocessing.context import SpawnProcess
 
@@ -62,6 +76,8 @@ ROUTE: Final = "/v1/metrics"
 PROTOBUF: Final = "application/x-protobuf"
 TARGET_CEILING_SHARE: Final = 0.5
 TARGET_P99_S: Final = 0.020
+TARGET_FLATTEN_US: Final = 150.0
+RECORDED: Final = Path("/work/shared/data")
 
 
 # -- request bodies -----------------------------------------------------------------------------
@@ -325,6 +341,50 @@ def measure(
     return passed and not (closed.failed or half.failed)
 
 
+def flatten_costs(bodies: dict[str, bytes], batch: int = COALESCE_PUSHES) -> bool:
+    """CPU µs per push of the landing's flattening, in batches as its lanes gather them."""
+    recorded = sorted(RECORDED.glob("*.otlp.bin")) if RECORDED.is_dir() else []
+    payloads = {**bodies, **{path.name.split(".otlp")[0]: path.read_bytes() for path in recorded}}
+    print(f"the landing's flattening, batches of {batch} pushes (CPU time, best of 5):")
+    met = True
+    for kind, payload in payloads.items():
+        pushes = [
+            LoggedPush(
+                offset=index,
+                client_instance_id="AAAAAAAAAAAAAAAAAAAAAA",
+                subscription_id=0,
+                client_id="bench",
+                client_software_name="bench",
+                client_software_version="1",
+                client_source_address=HOST,
+                client_source_port=1,
+                principal="User:ANONYMOUS",
+                received_time_ms=1_764_000_000_000 + index,
+                push_interval_ms=0,
+                terminating=False,
+                content_type="OTLP",
+                payload=payload,
+            )
+            for index in range(batch)
+        ]
+        best = float("inf")
+        for _ in range(5):
+            started = time.process_time()
+            table, _, _ = flatten_to_table(pushes)
+            rows, _ = to_lake_rows(table, "bench")
+            best = min(best, time.process_time() - started)
+        points = rows.num_rows // batch
+        per_push = best / batch * 1e6
+        fast = flatten_fast(pushes[:1])
+        note = " (the reference flattener)" if fast is None or fast[2] else ""
+        print(f"  {kind:<34} {points:3d} points: {per_push:7.1f} µs per push{note}")
+        if kind == "SDK-sized":
+            met = per_push <= TARGET_FLATTEN_US
+            verdict = "met" if met else "NOT met"
+            print(f"    target <= {TARGET_FLATTEN_US:.0f} µs per 64-point request: {verdict}")
+    return met
+
+
 def _line(label: str, result: LoadResult) -> str:
     p50 = percentile(result.latencies, 0.50) * 1000
     p99 = percentile(result.latencies, 0.99) * 1000
@@ -349,6 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     parser.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
     parser.add_argument(
+        "--flatten",
+        action="store_true",
+        help="only the landing's flattening per request, in this process (no servers)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="DIR",
         help="after each closed loop, a second one under a thread-CPU profile of the server:"
@@ -359,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.duration, args.warmup = 2.0, 0.5
     bodies = {"librdkafka-sized": librdkafka_sized(), "SDK-sized": sdk_sized()}
+    if args.flatten:
+        print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.2f}")
+        return 0 if flatten_costs(bodies) else 1
     load_before = os.getloadavg()
     print(f"cores: {os.cpu_count()}, load average before: {load_before[0]:.2f}")
     noop, noop_port = start_noop()

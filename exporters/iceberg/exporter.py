@@ -1,9 +1,11 @@
 """``IcebergExporter``: the landing as an Apache Iceberg table that several nodes share.
 
 How exactly-once works with the host (``exporters.api.BufferingExporter``):
-``export`` hands each batch to a lane (a worker process, ``lanes.py``) that
-flattens it and buffers the rows of the current *generation*, a contiguous
-run of log offsets; it waits only while every lane has two batches queued.
+``export`` gathers pushes of the current *generation* (a contiguous run of
+log offsets) and hands them to a lane (a worker process, ``lanes.py``) 512
+at a time (or 4 MiB of payload; the rest when the generation is written); the
+lane flattens them as one Arrow batch and buffers the rows. ``export`` waits
+only while every lane has two batches queued.
 Past ``max_pending_rows`` the lanes write their rows out as data files (not
 yet committed); once the generation is ``max_file_age_s`` old (and on
 ``flush``) its files are committed in one snapshot whose properties name
@@ -42,7 +44,13 @@ from exporters.iceberg.lake import lake_location, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
 from exporters.iceberg.resume import parquet_landing_position
-from exporters.iceberg.rows import BatchReply, LaneConfig, WrittenFile
+from exporters.iceberg.rows import (
+    COALESCE_BYTES,
+    COALESCE_PUSHES,
+    BatchReply,
+    LaneConfig,
+    WrittenFile,
+)
 from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
 from exporters.options import bool_option, int_option, number_option
 from exporters.otlp_rows import FlattenStats
@@ -113,6 +121,8 @@ class _Generation:
     started: float
     last: int = -1
     batches: list[asyncio.Future[Any]] = field(default_factory=list)
+    gathered: list[LoggedPush] = field(default_factory=list)  # not handed to a lane yet
+    gathered_bytes: int = 0
     buffered: dict[int, int] = field(default_factory=dict)  # rows buffered per lane
     files: list[WrittenFile] = field(default_factory=list)
 
@@ -279,22 +289,35 @@ class IcebergExporter(GenerationLanding):
         pushes = batch[start:]
         async with self._gen_lock:
             self._raise_if_failed()
-            index = await self._free_lane()
-            self._raise_if_failed()
             gen = self._gen
             if gen is None:
                 gen = self._gen = _Generation(pushes[0].offset, time.monotonic())
-            future = self._lanes[index].batch(
-                pushes, self._from[METRICS_TABLE], self._from.get(PUSHES_TABLE)
-            )
-            future.add_done_callback(functools.partial(self._on_batch, gen, index))
-            gen.batches.append(future)
+            # Gathered here first: the host hands over whatever the log holds
+            # (a few pushes at a time when it keeps up), and each hand-over to a
+            # worker costs a pipe round trip in this process.
+            gen.gathered.extend(pushes)
+            gen.gathered_bytes += sum(len(p.payload) for p in pushes)
             gen.last = pushes[-1].offset
             self._next = gen.last + 1
+            if len(gen.gathered) >= COALESCE_PUSHES or gen.gathered_bytes >= COALESCE_BYTES:
+                await self._hand_over(gen)
             if sum(gen.buffered.values()) >= self.max_pending_rows:
                 await run_to_completion(self._write(gen))
             if time.monotonic() - gen.started >= self.max_file_age_s:
                 await self._commit()
+
+    async def _hand_over(self, gen: _Generation) -> None:
+        """Send the gathered pushes of ``gen`` to the next free lane (they stay in ``gen``)."""
+        if not gen.gathered:
+            return
+        index = await self._free_lane()
+        self._raise_if_failed()
+        pushes, gen.gathered, gen.gathered_bytes = gen.gathered, [], 0
+        future = self._lanes[index].batch(
+            pushes, self._from[METRICS_TABLE], self._from.get(PUSHES_TABLE)
+        )
+        future.add_done_callback(functools.partial(self._on_batch, gen, index))
+        gen.batches.append(future)
 
     async def _free_lane(self) -> int:
         """The next lane in turn with room for a batch (round robin keeps them even)."""
@@ -315,11 +338,14 @@ class IcebergExporter(GenerationLanding):
             self._fail(f"flattening offsets {gen.first}..{gen.last} failed: {error}")
             return
         reply: BatchReply = future.result()[1]
+        self._count(reply)
+        gen.buffered[lane] = reply.buffered
+        self.stats.pending_rows = sum(gen.buffered.values())
+
+    def _count(self, reply: BatchReply) -> None:
         self.stats.merge(reply.stats)
         self.stats.refused_counts += reply.refused_counts
         self.stats.unlandable_pushes += reply.unlandable
-        gen.buffered[lane] = reply.buffered
-        self.stats.pending_rows = sum(gen.buffered.values())
 
     def _where(self) -> str:
         return f"iceberg landing {self.location.namespace}.{METRICS_TABLE}"
@@ -343,6 +369,7 @@ class IcebergExporter(GenerationLanding):
     async def _write(self, gen: _Generation) -> None:
         """Have every lane write its buffered rows of ``gen`` as data files (not committed)."""
         try:
+            await self._hand_over(gen)
             await asyncio.gather(*gen.batches)
             replies = await asyncio.gather(
                 *(lane.write(gen.first, gen.last) for lane in self._lanes)
@@ -353,6 +380,7 @@ class IcebergExporter(GenerationLanding):
         self._raise_if_failed()
         for reply in replies:
             gen.files.extend(reply[1])
+            self._count(reply[2])
         self.stats.files_written += sum(len(reply[1]) for reply in replies)
         gen.batches = []
         gen.buffered = {}

@@ -92,8 +92,8 @@ class ThreadLane:
     def write(self, first: int, last: int) -> asyncio.Future[Any]:
         return self._submit(self._write, first, last)
 
-    def _write(self, first: int, last: int) -> tuple[str, Any]:
-        return ("written", self._rows.write(first, last))
+    def _write(self, first: int, last: int) -> tuple[Any, ...]:
+        return ("written", *self._rows.write(first, last))
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._executor.shutdown, wait=True)

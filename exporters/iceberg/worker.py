@@ -8,7 +8,8 @@ FIFO of futures, so every request gets exactly one reply, in order):
 
 * ``("batch", [LoggedPush fields as a tuple, ...], metrics_from, pushes_from)``
   → ``("done", BatchReply)``
-* ``("write", first, last)`` → ``("written", [WrittenFile, ...])``
+* ``("write", first, last)`` → ``("written", [WrittenFile, ...], BatchReply)`` (the
+  reply: the pushes gathered since the last flattening, flattened before writing)
 * ``("stop",)`` → ``("stopped",)``, then the process exits
 * anything that fails → ``("error", traceback)``; the worker is then
   poisoned and refuses to write, so a generation missing a batch is never
@@ -39,7 +40,7 @@ def worker_main(conn: Connection, config: LaneConfig) -> None:
         conn,
         {
             "batch": lambda m: ("done", lane.batch([LoggedPush(*f) for f in m[1]], m[2], m[3])),
-            "write": lambda m: ("written", lane.write(m[1], m[2])),
+            "write": lambda m: ("written", *lane.write(m[1], m[2])),
         },
         lambda _reason: lane.discard(),
         lane.discard,

@@ -9,8 +9,9 @@ messages straight into nested Arrow arrays (about 0.6 µs per data point);
 from there every landing column is a handful of Arrow compute kernels over
 whole columns (``list_flatten``, ``list_parent_indices``, ``take``).
 
-Scope: the shapes Kafka clients send, gauges and sums whose attribute values
-are strings or integers. A push with anything else (histograms, summaries,
+Scope: the shapes Kafka clients and OpenTelemetry SDKs send: gauges, sums and
+explicit-bucket histograms whose attribute values are strings or integers. A
+push with anything else (exponential histograms, summaries,
 empty or unknown metrics, other attribute kinds, duplicate attribute keys,
 identity in resource attributes, both value fields set) is flattened by
 ``otlp_rows`` instead, as is a push ptars cannot decode, so the rows are
@@ -105,10 +106,18 @@ def _odd_attributes(lists: Any) -> Any:
     crowded = pc.greater(lengths, 1)
     if pc.any(crowded).as_py():
         # Repeated keys (the last wins in otlp_rows) only matter with 2+ attributes.
-        pairs = pa.table({"parent": parents, "key": pc.struct_field(items, "key")})
-        counted = pairs.group_by(["parent", "key"]).aggregate([("key", "count")])
-        repeated = counted.filter(pc.greater(counted["key_count"], 1))["parent"]
-        odd = pc.unique(pa.concat_arrays([odd, repeated.combine_chunks().cast(odd.type)]))
+        # A pair (parent, key) as one integer: a hash pass over integers finds
+        # whether any repeats (rarely) far cheaper than grouping by two columns.
+        keys = pc.struct_field(items, "key").dictionary_encode()
+        pairs = pc.add(
+            pc.multiply(parents.cast(pa.int64()), pa.scalar(len(keys.dictionary), pa.int64())),
+            keys.indices.cast(pa.int64()),
+        )
+        if len(pc.unique(pairs)) < len(pairs):
+            table = pa.table({"parent": parents, "pair": pairs})
+            counted = table.group_by(["pair"]).aggregate([("parent", "min"), ("pair", "count")])
+            repeated = counted.filter(pc.greater(counted["pair_count"], 1))["parent_min"]
+            odd = pc.unique(pa.concat_arrays([odd, repeated.combine_chunks().cast(odd.type)]))
     return odd
 
 
@@ -161,22 +170,26 @@ def _flatten(
     metric_push = pc.take(sm_push, metric_sm)
 
     gauge, sums = pc.struct_field(metric, "gauge"), pc.struct_field(metric, "sum")
-    is_gauge, is_sum = pc.is_valid(gauge), pc.is_valid(sums)
+    hist = pc.struct_field(metric, "histogram")
+    is_gauge, is_sum, is_hist = pc.is_valid(gauge), pc.is_valid(sums), pc.is_valid(hist)
     other = pc.or_(
-        pc.or_(
-            pc.is_valid(pc.struct_field(metric, "histogram")),
-            pc.is_valid(pc.struct_field(metric, "exponential_histogram")),
-        ),
+        pc.is_valid(pc.struct_field(metric, "exponential_histogram")),
         pc.is_valid(pc.struct_field(metric, "summary")),
     )
     gauge_points = pc.struct_field(gauge, "data_points")
     sum_points = pc.struct_field(sums, "data_points")
+    hist_points = pc.struct_field(hist, "data_points")
     counts = pc.fill_null(
-        pc.if_else(is_gauge, pc.list_value_length(gauge_points), pc.list_value_length(sum_points)),
+        pc.if_else(
+            is_gauge,
+            pc.list_value_length(gauge_points),
+            pc.if_else(is_sum, pc.list_value_length(sum_points), pc.list_value_length(hist_points)),
+        ),
         0,
     )
-    odd_metric = pc.or_(pc.or_(other, pc.equal(is_gauge, is_sum)), pc.equal(counts, 0))
-    point, point_metric = _points(gauge_points, sum_points)
+    known = pc.or_(pc.or_(is_gauge, is_sum), is_hist)
+    odd_metric = pc.or_(pc.or_(other, pc.invert(known)), pc.equal(counts, 0))
+    point, point_metric = _points(gauge_points, sum_points, hist_points)
     point_push = pc.take(metric_push, point_metric)
     resource_attributes = pc.struct_field(pc.struct_field(rm, "resource"), "attributes")
     res_items, res_parent = _children(resource_attributes)
@@ -203,18 +216,29 @@ def _flatten(
 
     received_ns = pa.array([p.received_time_ms * 1_000_000 for p in pushes], pa.uint64())
     time_ns, start_ns = _times(point, pc.take(received_ns, point_push), stats)
-    value = _values(point, stats)
+    point_is_hist = pc.take(is_hist, point_metric)
+    value = _values(point, point_is_hist, stats)
+    histogram = _histograms(point, point_is_hist, stats)
 
     # -- per metric, per scope, per resource, per push: computed once, taken per row
-    temporality = pc.if_else(
+    codes = pc.if_else(
         is_sum,
-        pc.fill_null(_temporality(pc.struct_field(sums, "aggregation_temporality")), "none"),
-        pa.scalar("none"),
+        pc.struct_field(sums, "aggregation_temporality"),
+        pc.if_else(
+            is_hist,
+            pc.struct_field(hist, "aggregation_temporality"),
+            pa.scalar(None, pa.int32()),
+        ),
     )
+    temporality = pc.if_else(is_gauge, pa.scalar("none"), pc.fill_null(_temporality(codes), "none"))
     monotonic = pc.if_else(
         is_sum, pc.struct_field(sums, "is_monotonic"), pa.scalar(None, pa.bool_())
     )
-    metric_type = pc.if_else(is_gauge, pa.scalar("gauge"), pa.scalar("sum"))
+    metric_type = pc.if_else(
+        is_gauge,
+        pa.scalar("gauge"),
+        pc.if_else(is_sum, pa.scalar("sum"), pa.scalar("histogram")),
+    )
     point_sm = pc.take(metric_sm, point_metric)
     point_rm = pc.take(sm_rm, point_sm)
     scope = pc.struct_field(sm, "scope")
@@ -228,6 +252,7 @@ def _flatten(
         "is_monotonic": pc.take(monotonic, point_metric),
         "unit": pc.take(_empty_to_null(pc.struct_field(metric, "unit")), point_metric),
         "value": value,
+        **histogram,
         "attributes": _map(point["attributes"]),
         "resource_attributes": pc.take(_map(resource_attributes), point_rm),
         "scope_name": pc.take(_empty_to_null(pc.struct_field(scope, "name")), point_sm),
@@ -245,36 +270,54 @@ def _flatten(
     return pa.Table.from_arrays(arrays, schema=schema), stats, left_out
 
 
+_NUMBER_FIELDS: Final = ("as_double", "as_int")
+_HISTOGRAM_FIELDS: Final = ("count", "sum", "min", "max", "bucket_counts", "explicit_bounds")
 _POINT_FIELDS: Final = (
     "time_unix_nano",
     "start_time_unix_nano",
-    "as_double",
-    "as_int",
     "flags",
     "attributes",
+    *_NUMBER_FIELDS,
+    *_HISTOGRAM_FIELDS,
 )
 
 
-def _points(gauge_points: Any, sum_points: Any) -> tuple[dict[str, Any], Any]:
+def _points(gauge_points: Any, sum_points: Any, hist_points: Any) -> tuple[dict[str, Any], Any]:
     """The data points' fields, in payload order, and each point's metric index.
 
-    Gauge and sum points are flattened apart and merged by metric index (a
-    stable sort), which copies only these flat fields: choosing between the
-    two nested lists per metric (``if_else``) copied every nested buffer and
-    cost more than the decoding.
+    Gauge, sum and histogram points are flattened apart and merged by metric
+    index (a stable sort), which copies only these flat fields: choosing
+    between the nested lists per metric (``if_else``) copied every nested
+    buffer and cost more than the decoding. A field a kind of point lacks
+    (a gauge's ``count``, a histogram's ``as_double``) is null.
     """
-    parts = [_children(gauge_points), _children(sum_points)]
-    parts = [(values, parents) for values, parents in parts if len(values)]
-    if not parts:
-        values, parents = _children(gauge_points)
-        return {name: pc.struct_field(values, name) for name in _POINT_FIELDS}, parents
+    sources = [_children(gauge_points), _children(sum_points), _children(hist_points)]
+    types = {
+        name: point_type.field(name).type
+        for values, _ in sources[1:]
+        for point_type in [values.type]
+        for name in _POINT_FIELDS
+        if point_type.get_field_index(name) >= 0
+    }
+    parts = [(values, parents) for values, parents in sources if len(values)] or sources[:1]
+
+    def field(values: Any, name: str) -> Any:
+        if values.type.get_field_index(name) < 0:
+            return pa.nulls(len(values), types[name])
+        return pc.struct_field(values, name)
+
     if len(parts) == 1:
         values, parents = parts[0]
-        return {name: pc.struct_field(values, name) for name in _POINT_FIELDS}, parents
+        return {name: field(values, name) for name in _POINT_FIELDS}, parents
     parents = pa.concat_arrays([p for _, p in parts])
     order = pc.sort_indices(parents)
+    rows = len(parents)
+    # Only fields some part has are merged: a push without histograms moves no
+    # histogram column through the sort.
     fields = {
-        name: pc.take(pa.concat_arrays([pc.struct_field(v, name) for v, _ in parts]), order)
+        name: pc.take(pa.concat_arrays([field(v, name) for v, _ in parts]), order)
+        if any(v.type.get_field_index(name) >= 0 for v, _ in parts)
+        else pa.nulls(rows, types[name])
         for name in _POINT_FIELDS
     }
     return fields, pc.take(parents, order)
@@ -293,20 +336,77 @@ def _times(point: dict[str, Any], received_ns: Any, stats: FlattenStats) -> tupl
     return time_ns, start_ns
 
 
-def _values(point: dict[str, Any], stats: FlattenStats) -> Any:
-    """The ``value`` column: NaN and ±inf never land; NO_RECORDED_VALUE means no value."""
+def _values(point: dict[str, Any], is_hist: Any, stats: FlattenStats) -> Any:
+    """The ``value`` column: NaN and ±inf never land; NO_RECORDED_VALUE means no value.
+
+    Histogram points have no value; one flagged NO_RECORDED_VALUE counts as missing.
+    """
     as_double, as_int = point["as_double"], point["as_int"]
     nan = pc.fill_null(pc.is_nan(as_double), False)
     inf = pc.fill_null(pc.is_inf(as_double), False)
-    stats.nan_values = pc.sum(nan.cast(pa.int64())).as_py() or 0
-    stats.inf_values = pc.sum(inf.cast(pa.int64())).as_py() or 0
+    stats.nan_values += _count(nan)
+    stats.inf_values += _count(inf)
     value = pc.coalesce(as_double, as_int.cast(pa.float64()))
     no_value = pc.or_(pc.or_(nan, inf), pc.is_null(value))
-    flags = pc.bit_wise_and(point["flags"], pa.scalar(_NO_RECORDED, pa.uint32()))
-    flagged = pc.not_equal(flags, 0)
+    flagged = _flagged(point)
     missing = pc.or_(pc.is_null(value), pc.and_(flagged, pc.invert(no_value)))
-    stats.missing_values = pc.sum(missing.cast(pa.int64())).as_py() or 0
+    stats.missing_values += _count(pc.if_else(is_hist, flagged, missing))
     return pc.if_else(pc.or_(no_value, flagged), pa.scalar(None, pa.float64()), value)
+
+
+def _flagged(point: dict[str, Any]) -> Any:
+    flags = pc.bit_wise_and(point["flags"], pa.scalar(_NO_RECORDED, pa.uint32()))
+    return pc.not_equal(flags, 0)
+
+
+def _count(mask: Any) -> int:
+    return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+
+
+def _histograms(point: dict[str, Any], is_hist: Any, stats: FlattenStats) -> dict[str, Any]:
+    """``count`` … ``explicit_bounds`` of histogram points; null elsewhere and when flagged.
+
+    As ``otlp_rows``: an unset optional ``sum``/``min``/``max`` is null; NaN
+    and ±inf (there and in the bounds) land as null and are counted; a point
+    flagged NO_RECORDED_VALUE keeps none of them.
+    """
+    schema = metrics_schema()
+    if not pc.any(is_hist).as_py():
+        return {name: pa.nulls(len(is_hist), schema.field(name).type) for name in _HISTOGRAM_FIELDS}
+    keep = pc.and_(is_hist, pc.invert(_flagged(point)))
+    columns: dict[str, Any] = {}
+    for name in _HISTOGRAM_FIELDS:
+        column = point[name]
+        if name in {"sum", "min", "max"}:
+            column = _finite(pc.if_else(keep, column, pa.scalar(None, column.type)), stats)
+        elif name == "explicit_bounds":
+            column = _finite_lists(column, keep, stats)
+        kind = schema.field(name).type
+        columns[name] = pc.if_else(keep, column.cast(kind), pa.scalar(None, kind))
+    return columns
+
+
+def _finite(values: Any, stats: FlattenStats) -> Any:
+    """``values`` with NaN and ±inf as null, counted."""
+    nan = pc.fill_null(pc.is_nan(values), False)
+    inf = pc.fill_null(pc.is_inf(values), False)
+    stats.nan_values += _count(nan)
+    stats.inf_values += _count(inf)
+    return pc.if_else(pc.or_(nan, inf), pa.scalar(None, pa.float64()), values)
+
+
+def _finite_lists(lists: Any, keep: Any, stats: FlattenStats) -> Any:
+    """Lists of doubles with NaN and ±inf elements as null, counted in the kept rows only."""
+    lists = lists.cast(pa.list_(pa.float64()))
+    kept = lists.filter(keep)
+    elements = pc.list_flatten(kept)
+    if len(elements) == 0 or pc.all(pc.is_finite(elements)).as_py():
+        return lists
+    stats.nan_values += _count(pc.is_nan(elements))
+    stats.inf_values += _count(pc.is_inf(elements))
+    items = lists.values  # the whole child: ``offsets`` index into it, slice or not
+    clean = pc.if_else(pc.is_finite(items), items, pa.scalar(None, pa.float64()))
+    return pa.ListArray.from_arrays(lists.offsets, clean, mask=pc.is_null(lists))
 
 
 def _temporality(codes: Any) -> Any:

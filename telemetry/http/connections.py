@@ -116,6 +116,8 @@ class _GatedProtocol(asyncio.Protocol):
         self._serving = False
         self._counted = False
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None  # loop time; None: no wait is being timed
+        self._reason = ""
         # Where the reader is: a head (collecting it), a body (bytes left or chunked), between.
         self._head = bytearray()
         self._in_head = True
@@ -166,7 +168,7 @@ class _GatedProtocol(asyncio.Protocol):
         return self._inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._stop_timer()
         gate = self._gate
         if self._counted:
             self._counted = False
@@ -191,16 +193,43 @@ class _GatedProtocol(asyncio.Protocol):
             self._transport.resume_reading()
 
     def _arm(self, timeout_s: float, reason: str) -> None:
-        self._disarm()
-        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expired, reason)
+        """Set the deadline; a timer is scheduled only if none is due by then.
+
+        Every request moves the deadline two or three times; cancelling and
+        scheduling a timer each time cost more than the rest of the tracking.
+        The one timer checks the deadline when it fires and follows it.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        self._deadline, self._reason = deadline, reason
+        timer = self._timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._check)
 
     def _disarm(self) -> None:
+        self._deadline = None
+
+    def _stop_timer(self) -> None:
+        self._deadline = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _expired(self, reason: str) -> None:
+    def _check(self) -> None:
         self._timer = None
+        deadline = self._deadline
+        if deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:
+            self._timer = loop.call_at(deadline, self._check)
+            return
+        self._expired(self._reason)
+
+    def _expired(self, reason: str) -> None:
+        self._deadline = None
         gate = self._gate
         gate.stats.closed[reason] += 1
         gate.log(
@@ -211,35 +240,47 @@ class _GatedProtocol(asyncio.Protocol):
 
     def _track(self, data: bytes) -> None:
         """Follow request boundaries well enough to time heads and bodies."""
-        view = memoryview(data)
-        while view:
+        pos, size = 0, len(data)
+        while pos < size:
             if self._in_head:
-                if not self._head and self._timer is None:  # the first byte of a later request
+                if not self._head and self._deadline is None:  # a later request's first byte
                     self._arm(self._gate.header_timeout_s, "header_timeout")
-                end = (bytes(self._head[-3:]) + bytes(view[:_MAX_HEAD_SCAN])).find(_HEAD_END)
+                if not self._head:
+                    # The usual case, a head starting the read: found in place,
+                    # without copying the body behind it.
+                    end = data.find(_HEAD_END, pos, pos + _MAX_HEAD_SCAN)
+                    if end < 0:
+                        self._head += data[pos : pos + _MAX_HEAD_SCAN]
+                        return
+                    stop = end + len(_HEAD_END)
+                    self._start_body(data[pos:stop])
+                    pos = stop
+                    continue
+                chunk = data[pos : pos + _MAX_HEAD_SCAN]
+                end = (bytes(self._head[-3:]) + chunk).find(_HEAD_END)
                 if end < 0:
-                    self._head += view[:_MAX_HEAD_SCAN]
+                    self._head += chunk
                     del self._head[: max(0, len(self._head) - _MAX_HEAD_SCAN)]
                     return
                 used = end + len(_HEAD_END) - min(3, len(self._head))
-                self._head += view[:used]
-                view = view[used:]
+                self._head += data[pos : pos + used]
+                pos += used
                 self._start_body(bytes(self._head))
                 self._head.clear()
             elif self._body_left is not None:
-                taken = min(self._body_left, len(view))
+                taken = min(self._body_left, size - pos)
                 self._body_left -= taken
-                view = view[taken:]
+                pos += taken
                 if self._body_left == 0:
                     self._request_done()
             else:  # chunked: done at the last chunk (an approximation: trailers are rare)
-                seen = self._chunked_tail + bytes(view[:_MAX_HEAD_SCAN])
+                seen = self._chunked_tail + data[pos : pos + _MAX_HEAD_SCAN]
                 end = seen.find(_CHUNKED_END)
                 if end < 0:
                     self._chunked_tail = seen[-(len(_CHUNKED_END) - 1) :]
                     return
                 used = end + len(_CHUNKED_END) - len(self._chunked_tail)
-                view = view[max(0, used) :]
+                pos += max(0, used)
                 self._request_done()
 
     def _start_body(self, head: bytes) -> None:

@@ -207,7 +207,7 @@ class OtlpMetricsHandler:
             identity = self._identities.identity(resource.resource, address or "")
             groups.setdefault(identity, []).append(resource)
         if not groups:
-            return _message_response(ExportMetricsServiceResponse(), is_json)
+            return _accepted(is_json)
         now_ms = ingest.clock()
         self._refuse_if_muted(groups, user, now_ms)
         if len(groups) == 1:
@@ -227,7 +227,7 @@ class OtlpMetricsHandler:
             ]
         )
         if not failed:
-            return _message_response(ExportMetricsServiceResponse(), is_json)
+            return _accepted(is_json)
         if len(failed) == len(groups):
             raise _log_refusal(next(iter(failed.values())))
         resources_of = list(groups.values())
@@ -337,9 +337,18 @@ class OtlpMetricsHandler:
                 _, pending[index] = self._ingest.log.append_nowait(context, payload)
             except Exception as error:
                 failed[index] = error
-        if pending:
-            # asyncio.wait, not gather: a cancelled handler must not cancel the
-            # log's futures (the records are written anyway).
+        if len(pending) == 1:
+            # Shielded (and not gathered): a cancelled handler must not cancel
+            # the log's future (the record is written anyway).
+            (durable,) = pending.values()
+            try:
+                await asyncio.shield(durable)
+            except asyncio.CancelledError:
+                if not durable.cancelled():
+                    raise  # the handler itself is cancelled
+            except Exception:  # the outcome is read from the future below
+                pass
+        elif pending:
             await asyncio.wait(pending.values())
         for index, durable in pending.items():
             outcome = asyncio.CancelledError() if durable.cancelled() else durable.exception()
@@ -444,6 +453,17 @@ def _encode(message: Message, is_json: bool) -> tuple[bytes, str]:
 def _message_response(message: Message, is_json: bool, status: int = 200) -> web.Response:
     body, content_type = _encode(message, is_json)
     return web.Response(status=status, body=body, content_type=content_type)
+
+
+#: The success answer's body per content type (JSON?), encoded once: every accepted request's.
+_ACCEPTED: Final = {
+    is_json: _encode(ExportMetricsServiceResponse(), is_json) for is_json in (False, True)
+}
+
+
+def _accepted(is_json: bool) -> web.Response:
+    body, content_type = _ACCEPTED[is_json]
+    return web.Response(body=body, content_type=content_type)
 
 
 def _status_response(refusal: _RefusedError, is_json: bool) -> web.Response:

@@ -11,12 +11,16 @@ import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     AGGREGATION_TEMPORALITY_CUMULATIVE,
     AGGREGATION_TEMPORALITY_DELTA,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
     Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
     NumberDataPoint,
     Sum,
+    Summary,
+    SummaryDataPoint,
 )
 
 from exporters.api import LoggedPush
@@ -69,6 +73,74 @@ SIMPLE = payload(
 HISTOGRAM = payload(
     Metric(
         name="h", histogram=Histogram(data_points=[HistogramDataPoint(count=1, time_unix_nano=T1)])
+    )
+)
+HISTOGRAMS = payload(
+    Metric(name="g", gauge=Gauge(data_points=[point(as_int=1)])),
+    Metric(
+        name="latency",
+        unit="ms",
+        histogram=Histogram(
+            aggregation_temporality=AGGREGATION_TEMPORALITY_CUMULATIVE,
+            data_points=[
+                HistogramDataPoint(
+                    start_time_unix_nano=T0,
+                    time_unix_nano=T1,
+                    count=6,
+                    sum=21.5,
+                    min=0.5,
+                    max=9.0,
+                    bucket_counts=[1, 2, 3],
+                    explicit_bounds=[1.0, 5.0],
+                    attributes=[kv("http.route", string_value="/a"), kv("n", int_value=2)],
+                ),
+                HistogramDataPoint(time_unix_nano=T1, count=0),  # no sum, min, max or buckets
+                HistogramDataPoint(
+                    time_unix_nano=T1,
+                    count=2,
+                    sum=math.nan,
+                    min=-math.inf,
+                    max=1.0,
+                    bucket_counts=[1, 1],
+                    explicit_bounds=[math.inf],
+                ),
+                HistogramDataPoint(count=3, sum=1.0, bucket_counts=[3], flags=1),  # no value
+            ],
+        ),
+    ),
+    Metric(name="s", sum=Sum(data_points=[point(as_double=2.5)], is_monotonic=True)),
+    Metric(
+        name="delta",
+        histogram=Histogram(
+            aggregation_temporality=AGGREGATION_TEMPORALITY_DELTA,
+            data_points=[HistogramDataPoint(time_unix_nano=T1, count=1, bucket_counts=[1])],
+        ),
+    ),
+    Metric(name="h", histogram=Histogram(data_points=[HistogramDataPoint(count=1, sum=1.0)])),
+)
+ONLY_HISTOGRAMS = payload(
+    Metric(
+        name="h",
+        histogram=Histogram(
+            data_points=[
+                HistogramDataPoint(time_unix_nano=T1, count=1, explicit_bounds=[1.0, 2.0]),
+                HistogramDataPoint(
+                    time_unix_nano=T1, count=2, sum=-math.inf, explicit_bounds=[math.nan, 3.0]
+                ),
+            ]
+        ),
+    ),
+    resource={"host": "h1"},
+)
+SUMMARY = payload(
+    Metric(name="q", summary=Summary(data_points=[SummaryDataPoint(count=1, time_unix_nano=T1)]))
+)
+EXPONENTIAL = payload(
+    Metric(
+        name="e",
+        exponential_histogram=ExponentialHistogram(
+            data_points=[ExponentialHistogramDataPoint(count=1, time_unix_nano=T1)]
+        ),
     )
 )
 BOOL_ATTRIBUTE = payload(
@@ -142,11 +214,25 @@ def test_the_fast_path_is_available() -> None:
         [SIMPLE],
         per_broker(5),
         [SIMPLE, HISTOGRAM, PRODUCER_PUSH.read_bytes(), BOOL_ATTRIBUTE, SIMPLE],
+        [HISTOGRAMS, SIMPLE, HISTOGRAM, HISTOGRAMS],
+        [HISTOGRAMS],
+        [ONLY_HISTOGRAMS, ONLY_HISTOGRAMS],
         [DUPLICATE_KEY, IDENTITY, RESOURCE, EMPTY, UNKNOWN, SIMPLE],
         [SIMPLE, b"\xff\xff not protobuf", SIMPLE],
         [b"", SIMPLE],
     ],
-    ids=["librdkafka", "simple", "per-broker", "mixed", "odd", "undecodable", "empty-payload"],
+    ids=[
+        "librdkafka",
+        "simple",
+        "per-broker",
+        "mixed",
+        "histograms-mixed",
+        "histograms",
+        "only-histograms",
+        "odd",
+        "undecodable",
+        "empty-payload",
+    ],
 )
 def test_rows_and_stats_equal_the_reference(payloads: list[bytes]) -> None:
     pushes = [
@@ -164,14 +250,25 @@ def test_pushes_it_cannot_handle_are_left_to_the_reference() -> None:
     pushes: list[LoggedPush] = [
         push(data, offset=i)
         for i, data in enumerate(
-            [SIMPLE, HISTOGRAM, BOOL_ATTRIBUTE, DUPLICATE_KEY, IDENTITY, RESOURCE, EMPTY, UNKNOWN]
+            [
+                SIMPLE,
+                SUMMARY,
+                BOOL_ATTRIBUTE,
+                DUPLICATE_KEY,
+                IDENTITY,
+                RESOURCE,
+                EMPTY,
+                UNKNOWN,
+                EXPONENTIAL,
+                HISTOGRAMS,
+            ]
         )
     ]
     result = fast.flatten_fast(pushes)
     assert result is not None
     _, stats, left_out = result
-    assert left_out == [1, 2, 3, 4, 6, 7]
-    assert stats.pushes == 2
+    assert left_out == [1, 2, 3, 4, 6, 7, 8]
+    assert stats.pushes == 3
     assert fast.flatten_fast([push(b"\xff\xff bad", offset=1)]) is None
     # Garbage in one push leaves only that push to the reference path.
     mixed = fast.flatten_fast([push(SIMPLE, offset=1), push(b"\xff\xff bad", offset=2)])

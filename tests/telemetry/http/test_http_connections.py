@@ -213,3 +213,55 @@ async def test_kafka_and_http_connections_count_together(tmp_path: Path) -> None
         freed = await asyncio.to_thread(_api_versions_from, "127.0.0.1", kafka)
     assert not full
     assert freed
+
+
+class _Transport(asyncio.Transport):
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+
+class _Inner(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.received = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+
+
+_POST = b"POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789"
+_CHUNKED_POST = (
+    b"POST /v1/metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"5\r\n01234\r\n0\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [_POST],
+        [_POST[:7], _POST[7:56], _POST[56:60], _POST[60:]],  # the head's end split
+        [_POST + _POST],  # pipelined
+        [_POST + _POST[:20], _POST[20:]],
+        [_CHUNKED_POST[:70], _CHUNKED_POST[70:] + _POST],
+    ],
+    ids=["whole", "split", "pipelined", "pipelined-split", "chunked"],
+)
+async def test_request_boundaries_are_followed_however_the_reads_fall(reads: list[bytes]) -> None:
+    from telemetry.enforcement import ConnectionLimits, QuotaSettings  # noqa: PLC0415
+    from telemetry.http.connections import HttpConnectionGate  # noqa: PLC0415
+
+    limits = ConnectionLimits(QuotaSettings(), LimitSettings())
+    gate = HttpConnectionGate(limits, lambda: 0, header_timeout_ms=100, body_timeout_ms=100)
+    inner = _Inner()
+    protocol = gate.factory(lambda: inner)()
+    protocol.connection_made(_Transport())
+    for data in reads:
+        protocol.data_received(data)
+    # Between requests: nothing timed (keep-alive's business), everything passed on.
+    assert protocol._deadline is None  # type: ignore[attr-defined]
+    assert bytes(inner.received) == b"".join(reads)
+    protocol.data_received(_POST[:-3])  # a body under way is timed as a body
+    assert protocol._reason == "body_timeout"  # type: ignore[attr-defined]
+    await asyncio.sleep(0.3)
+    assert gate.stats.closed == {"body_timeout": 1}
+    protocol.connection_lost(None)
