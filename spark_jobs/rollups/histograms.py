@@ -151,18 +151,20 @@ def _deltas(points: DataFrame, lookback: timedelta) -> DataFrame:
         .select(*_COLUMNS, "count", "sum", "min", "max", "bucket_counts")
     )
     out = ("count", "sum", "min", "max", "bucket_counts", "_baseline")
-    delta = hist.where(sf.col("temporality") != "cumulative").withColumn("_baseline", sf.lit(0))
-    cumulative = classify_cumulative(
-        hist.where(sf.col("temporality") == "cumulative"),
+    # One pass over both temporalities (no union of two reads of the input): delta
+    # points ride through the series window and are taken as they are.
+    is_delta = sf.col("temporality") != "cumulative"
+    classified = classify_cumulative(
+        hist.where(sf.col("temporality").isNotNull()),
         ("count", "sum", "bucket_counts", "explicit_bounds"),
         lookback,
         (sf.col("count") < sf.col("_prev_count"))
         | (sf.col("explicit_bounds") != sf.col("_prev_explicit_bounds")),
     )
     mode = sf.col("_mode")
-    diff = mode == "diff"
-    whole = mode.isin("reset", "new")
-    converted = cumulative.select(
+    diff = ~is_delta & (mode == "diff")
+    whole = is_delta | mode.isin("reset", "new")
+    return classified.select(
         *_COLUMNS,
         sf.when(diff, sf.col("count") - sf.col("_prev_count"))
         .when(whole, sf.col("count"))
@@ -174,9 +176,8 @@ def _deltas(points: DataFrame, lookback: timedelta) -> DataFrame:
         sf.when(diff, sf.zip_with("bucket_counts", "_prev_bucket_counts", lambda a, b: a - b))
         .when(whole, sf.col("bucket_counts"))
         .alias(out[4]),
-        (mode == "baseline").cast("int").alias(out[5]),
+        (~is_delta & (mode == "baseline")).cast("int").alias(out[5]),
     )
-    return delta.unionByName(converted)
 
 
 def histogram_rollup(

@@ -56,30 +56,34 @@ def sum_rollup(
         .where((sf.col("metric_type") == "sum") & sf.col("value").isNotNull())
         .select(*_COLUMNS)
     )
-    delta = sums.where(sf.col("temporality") == "delta").select(
-        "*",
-        sf.col("value").alias("_delta"),
-        sf.lit(0).alias("_reset"),
-        sf.lit(0).alias("_baseline"),
-    )
-    if include_cumulative:
-        cumulative = classify_cumulative(
-            sums.where(sf.col("temporality") == "cumulative"),
+    is_delta = sf.col("temporality") == "delta"
+    if not include_cumulative:
+        delta = sums.where(is_delta).select(
+            "*",
+            sf.col("value").alias("_delta"),
+            sf.lit(0).alias("_reset"),
+            sf.lit(0).alias("_baseline"),
+        )
+    else:
+        # One pass over both temporalities (no union of two reads of the input):
+        # delta points ride through the series window and keep their own value.
+        classified = classify_cumulative(
+            sums.where(is_delta | (sf.col("temporality") == "cumulative")),
             ("value",),
             lookback,
             sf.coalesce(sf.col("is_monotonic"), sf.lit(False))
             & (sf.col("value") < sf.col("_prev_value")),
         )
-        mode = sf.col("_mode")
-        cumulative = cumulative.select(
+        mode = sf.when(~is_delta, sf.col("_mode"))
+        delta = classified.select(
             *_COLUMNS,
-            sf.when(mode == "diff", sf.col("value") - sf.col("_prev_value"))
+            sf.when(is_delta, sf.col("value"))
+            .when(mode == "diff", sf.col("value") - sf.col("_prev_value"))
             .when(mode.isin("reset", "new"), sf.col("value"))
             .alias("_delta"),
-            (mode == "reset").cast("int").alias("_reset"),
-            (mode == "baseline").cast("int").alias("_baseline"),
+            sf.coalesce((mode == "reset").cast("int"), sf.lit(0)).alias("_reset"),
+            sf.coalesce((mode == "baseline").cast("int"), sf.lit(0)).alias("_baseline"),
         )
-        delta = delta.unionByName(cumulative)
     aggregated = delta.groupBy(window_column(seconds), *KEY_COLUMNS).agg(
         sf.count(sf.lit(1)).alias("points"),
         sf.sum("_baseline").cast("bigint").alias("baseline_points"),
