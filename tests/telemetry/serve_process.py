@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,22 +113,11 @@ class ServeProcess:
             self.process.stderr.close()
 
 
-def run_clients(
-    bootstrap: str,
-    seconds: float,
-    prefix: str,
-    *,
-    admin: bool = True,
-    until: Callable[[], bool] | None = None,
-    max_seconds: float = 30.0,
-) -> None:
+def run_clients(bootstrap: str, seconds: float, prefix: str, *, admin: bool = True) -> None:
     """A producer, a consumer (and an admin client), polled for ``seconds``, then closed.
 
     Client ids are ``<prefix>-producer`` etc.; closing the consumer sends its
-    terminating push. ``until``: keep polling past ``seconds`` (at most
-    ``max_seconds``) until it holds, e.g. until every client has pushed once:
-    librdkafka sends a terminating push only from a client that has its
-    subscription, which a loaded machine can delay past ``seconds``.
+    terminating push.
     """
     common: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap,
@@ -144,11 +132,8 @@ def run_clients(
     clients: list[Any] = [producer, consumer]
     if admin:
         clients.append(AdminClient({**common, "client.id": f"{prefix}-admin"}))
-    start = time.monotonic()
-    while True:
-        elapsed = time.monotonic() - start
-        if elapsed >= max_seconds or (elapsed >= seconds and (until is None or until())):
-            break
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         for client in clients:
             client.poll(0.05)
     producer.flush(2)

@@ -67,13 +67,11 @@ def test_real_clients_push_through_serve_to_the_exporter(
     server: ServeProcess, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
+    run_clients(server.bootstrap, 2.5, "it")
     clients = {"it-producer", "it-consumer", "it-admin"}
-    run_clients(
-        server.bootstrap, 2.5, "it", until=lambda: {r["client_id"] for r in rows(out)} >= clients
-    )
-    assert wait_until(lambda: {r["client_id"] for r in rows(out) if r["terminating"]} >= clients), (
-        rows(out)[-3:]
-    )
+    assert wait_until(lambda: {r["client_id"] for r in rows(out) if r["terminating"]} >= clients), {
+        c: sorted({r["terminating"] for r in rows(out) if r["client_id"] == c}) for c in clients
+    }
     landed = rows(out)
     by_client = {c: [r for r in landed if r["client_id"] == c] for c in clients}
     assert all(by_client.values())
