@@ -337,18 +337,9 @@ class OtlpMetricsHandler:
                 _, pending[index] = self._ingest.log.append_nowait(context, payload)
             except Exception as error:
                 failed[index] = error
-        if len(pending) == 1:
-            # Shielded (and not gathered): a cancelled handler must not cancel
-            # the log's future (the record is written anyway).
-            (durable,) = pending.values()
-            try:
-                await asyncio.shield(durable)
-            except asyncio.CancelledError:
-                if not durable.cancelled():
-                    raise  # the handler itself is cancelled
-            except Exception:  # the outcome is read from the future below
-                pass
-        elif pending:
+        if pending:
+            # asyncio.wait, not gather: a cancelled handler must not cancel the
+            # log's futures (the records are written anyway).
             await asyncio.wait(pending.values())
         for index, durable in pending.items():
             outcome = asyncio.CancelledError() if durable.cancelled() else durable.exception()
