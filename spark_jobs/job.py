@@ -281,27 +281,32 @@ def _one_line(error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _jvm_stderr_to(path: str | None) -> Iterator[None]:
-    """Let a JVM started inside this block inherit ``path`` as its stderr, not the terminal.
+def _jvm_output_to(path: str | None) -> Iterator[None]:
+    """Let a JVM started inside this block inherit ``path`` as its stdout and stderr, not ours.
 
     The JVM prints a few lines (an incubator-module warning, early log4j
     output) before any logging configuration applies; they would drown the
-    summary. The child keeps the file after the block; this process gets its
-    terminal back.
+    summary. And a JVM that writes its class archive when it exits
+    (``spark_jobs.class_archive``) outlives this process by seconds: holding
+    our stdout, it would keep a pipe reading the summary open that long. The
+    child keeps the file after the block; this process gets its own back.
     """
     if path is None:
         yield
         return
+    sys.stdout.flush()
     sys.stderr.flush()
-    terminal = os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(log, 2)
+    for fd in saved:
+        os.dup2(log, fd)
     os.close(log)
     try:
         yield
     finally:
-        os.dup2(terminal, 2)
-        os.close(terminal)
+        for fd, original in saved.items():
+            os.dup2(original, fd)
+            os.close(original)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -338,13 +343,14 @@ def _run_in_spark(args: argparse.Namespace, run_plan: Plan) -> int:
     failed = True
     spark = None
     try:
-        with _jvm_stderr_to(log_path):
+        with _jvm_output_to(log_path):
             spark = spark_session(
                 args.master,
                 lake=run_plan.lake,
                 shuffle_partitions=run_plan.shuffle_partitions(args.shuffle_partitions),
                 driver_memory=args.driver_memory,
                 small_input=run_plan.small_input,
+                class_archive=True,
             )
         print(execute(spark, args, run_plan).render())
         failed = False
