@@ -164,6 +164,8 @@ class Plan:
     """Incremental: the recorded landing snapshot to read appends after."""
     estimated_rows: int | None = None
     """Rows of the landing files the run may read (an upper bound), None if unknown."""
+    existing_outputs: frozenset[str] | None = None
+    """The output tables the pre-flight found (None: not known, the run asks the catalog)."""
 
     def shuffle_partitions(self, given: int | None) -> int:
         """``given``, else sized to the data: one per ~500k rows, 1 to 32.
@@ -230,6 +232,7 @@ def plan(args: argparse.Namespace, now: datetime) -> Plan:
             estimated_rows=_incremental_rows(
                 lake, state.landing_snapshot_id, state.appended_since, _align(args)
             ),
+            existing_outputs=state.existing,
         )
     start, end = _range(args, now)
     rows = metadata.rows_in(lake, state.landing_snapshot_id, [(start, end)])
@@ -238,7 +241,13 @@ def plan(args: argparse.Namespace, now: datetime) -> Plan:
             f"no landing data between {start:%Y-%m-%dT%H:%M}Z and {end:%Y-%m-%dT%H:%M}Z "
             f"in {lake.landing}"
         )
-    return Plan(lake, state.landing_snapshot_id, [(start, end)], estimated_rows=rows)
+    return Plan(
+        lake,
+        state.landing_snapshot_id,
+        [(start, end)],
+        estimated_rows=rows,
+        existing_outputs=state.existing,
+    )
 
 
 def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> JobSummary:
@@ -270,6 +279,7 @@ def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> Jo
         top=args.top,
         top_by=args.top_by,
         incremental_after=run_plan.appended_after,
+        existing=run_plan.existing_outputs,
     )
 
 

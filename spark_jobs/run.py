@@ -6,7 +6,7 @@ and the tests drive the very same steps in a warm session.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -87,8 +87,12 @@ def run_rollups(
     top: int = 10,
     top_by: str = "p99",
     incremental_after: int | None = None,
+    existing: Collection[str] | None = None,
 ) -> JobSummary:
-    """Recompute and replace every output over ``ranges`` from landing snapshot ``snapshot_id``."""
+    """Recompute and replace every output over ``ranges`` from landing snapshot ``snapshot_id``.
+
+    ``existing``: the output tables the pre-flight found (None: ask the catalog).
+    """
     summary = JobSummary(snapshot_id, list(ranges), incremental_after)
     if not ranges:
         return summary
@@ -107,7 +111,8 @@ def run_rollups(
         )
         assert list(rollups.outputs) == list(outputs), "output order is the job's contract"
         for name, rollup in rollups.outputs.items():
-            io.write_output(rollup, lake, name, ranges, snapshot_id)
+            exists = None if existing is None else name in existing
+            io.write_output(rollup, lake, name, ranges, snapshot_id, exists=exists)
             summary.written[name] = metadata.output_written_rows(lake, name)
         summary.unrolled = _unrolled(in_range)
         # From the frame just written (its inputs are still persisted), not a re-read
