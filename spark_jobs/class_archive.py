@@ -86,14 +86,14 @@ def _stat_line(path: Path) -> str:
 
 
 def archive_key(java: Path, classpath: Iterable[Path]) -> str:
-    """A digest of the JVM build and of every jar, as the JVM validates an archive against them."""
+    """A digest of the JVM build and of the class path's jars, as the JVM validates an archive."""
     home = java.parent.parent
     digest = hashlib.sha256(f"kip714-cds {_FORMAT}\n".encode())
     with contextlib.suppress(OSError):
         digest.update((home / "release").read_bytes())
     for part in (java, home / "lib" / "modules", home / "lib" / "server" / "libjvm.so"):
         digest.update(_stat_line(part).encode() + b"\n")
-    for jar in sorted(Path(p).resolve() for p in classpath):
+    for jar in classpath:  # in order: the JVM checks the class path's order too
         digest.update(_stat_line(jar).encode() + b"\n")
     for name in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"):
         digest.update(f"{name}={os.environ.get(name, '')}\n".encode())

@@ -58,12 +58,19 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def iceberg_conf(lake: Lake) -> dict[str, str]:
+def iceberg_conf(lake: Lake, *, local: bool = False) -> dict[str, str]:
     """Jars, SQL extensions and the ``kip714`` catalog for a session this process starts.
 
     Under ``spark-submit`` the JVM already runs: jars and extensions must come
     from its ``--jars``/``--conf`` (docs/rollups.md), and only the catalog
     settings (runtime SQL settings) still apply.
+
+    ``local``: the master is ``local[…]``, whose executor runs in the driver
+    JVM: the jars go on that JVM's class path (``spark.driver.extraClassPath``)
+    instead of ``spark.jars``. Why: ``spark.jars`` copies each jar into the
+    executor's work directory at every start (the Iceberg runtime is 40 MB)
+    and loads its classes through a class loader of Spark's, whose classes a
+    class-data-sharing archive (``spark_jobs.class_archive``) cannot hold.
     """
     # Imported here so that `python -m spark_jobs.jars` runs a module not yet imported.
     from spark_jobs.jars import ICEBERG_PACKAGES, iceberg_jars  # noqa: PLC0415
@@ -72,20 +79,32 @@ def iceberg_conf(lake: Lake) -> dict[str, str]:
     jars = iceberg_jars()
     if jars is None:
         conf["spark.jars.packages"] = ",".join(ICEBERG_PACKAGES)
+    elif local:
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(str(jar) for jar in jars)
     else:
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     return conf
 
 
-def _class_archive_options() -> list[str]:
-    """``class_archive.jvm_options`` for the driver's classpath: Spark's and Iceberg's jars."""
-    # Imported here as iceberg_conf imports jars: `python -m spark_jobs.jars` runs a fresh module.
-    from spark_jobs import class_archive  # noqa: PLC0415
-    from spark_jobs.jars import iceberg_jars  # noqa: PLC0415
+def _spark_home() -> Path:
+    """PySpark's Spark home, also exported for the launcher scripts this process runs.
 
-    spark_home: str = _find_spark_home()  # type: ignore[no-untyped-call]
-    spark_jars = sorted((Path(spark_home) / "jars").glob("*.jar"))
-    return class_archive.jvm_options([*spark_jars, *(iceberg_jars() or [])])
+    Why export it: without ``SPARK_HOME``, ``bin/spark-submit`` starts a
+    second Python (``find_spark_home.py``, through ``python3``: a pyenv shim
+    is a shell script of its own) only to find the same directory:
+    0.2 to 1 s of a small run on this machine.
+    """
+    home: str = _find_spark_home()  # type: ignore[no-untyped-call]
+    os.environ.setdefault("SPARK_HOME", home)
+    return Path(home)
+
+
+def _class_archive_options(spark_home: Path, extra_class_path: str) -> list[str]:
+    """``class_archive.jvm_options`` for the driver's class path: its extra jars, then Spark's."""
+    from spark_jobs import class_archive  # noqa: PLC0415
+
+    extra = [Path(jar) for jar in extra_class_path.split(os.pathsep) if jar]
+    return class_archive.jvm_options([*extra, *sorted((spark_home / "jars").glob("*.jar"))])
 
 
 def spark_session(
@@ -110,15 +129,20 @@ def spark_session(
     (``spark_jobs.class_archive``).
     """
     builder = SparkSession.builder.appName(app_name)
+    if master is None and not _under_spark_submit():
+        master = DEFAULT_MASTER
     if master is not None:
         builder = builder.master(master)
-    elif not _under_spark_submit():
-        builder = builder.master(DEFAULT_MASTER)
+    local = master is not None and master.startswith("local")
+    catalog = {} if lake is None else iceberg_conf(lake, local=local)
     java_options = [f"-Dlog4j2.configurationFile=file:{_LOG4J}"]
     if small_input:
         java_options.append(SMALL_INPUT_JVM_OPTIONS)
-    if class_archive and not _under_spark_submit() and SparkContext._gateway is None:
-        java_options += _class_archive_options()
+    if not _under_spark_submit() and SparkContext._gateway is None:  # this call starts the JVM
+        spark_home = _spark_home()
+        if class_archive:
+            extra = catalog.get("spark.driver.extraClassPath", "")
+            java_options += _class_archive_options(spark_home, extra)
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -137,7 +161,7 @@ def spark_session(
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": " ".join(java_options),
         **(SMALL_INPUT_CONF if small_input else {}),
-        **(iceberg_conf(lake) if lake is not None else {}),
+        **catalog,
         **(extra_conf or {}),
     }
     for key, value in conf.items():
