@@ -68,7 +68,7 @@ def iceberg_conf(lake: Lake, *, local: bool = False) -> dict[str, str]:
     ``local``: the master is ``local[…]``, whose executor runs in the driver
     JVM: the jars go on that JVM's class path (``spark.driver.extraClassPath``)
     instead of ``spark.jars``. Why: ``spark.jars`` copies each jar into the
-    executor's work directory at every start (the Iceberg runtime is 40 MB)
+    executor's work directory at every start (the Iceberg runtime is 48 MB)
     and loads its classes through a class loader of Spark's, whose classes a
     class-data-sharing archive (``spark_jobs.class_archive``) cannot hold.
     """
