@@ -57,7 +57,8 @@ _MAX_PARTITIONS = 32
 _SMALL_INPUT_ROWS = 200_000
 _SMALL_RUN_WRITERS = 2
 """A small run writes two outputs at a time: one thread's planning and commit
-(driver work) overlap the other's, on a second core the tiny jobs leave idle."""
+(driver work) overlap the other's, on a second core the tiny jobs leave idle
+(1.3 s less on average over six noisy rounds, docs/rollups.md)."""
 
 
 def _time(text: str) -> datetime:
