@@ -11,7 +11,8 @@ job's full set in one warm SparkSession reading the table through Iceberg
 (with each step's input, shuffle and spill bytes), runs the same
 aggregations in DuckDB over the same snapshot's data files (listed by a
 pyiceberg scan), and reports throughput, the Spark/DuckDB ratio and the
-peak RSS of this process tree (the driver JVM included).
+peak RSS of this process tree (the driver JVM included). Before the first
+size, both engines make one untimed warm-up pass over a small landing.
 
     python benchmarks/rollup_bench.py --points 1000000,10000000
     python benchmarks/rollup_bench.py --points 100000000 --runs 1
