@@ -37,15 +37,6 @@ halving the run (measured, docs/rollups.md). Only when this process starts
 the JVM; a long run on big inputs needs C2.
 """
 
-JVM_OPTIONS = "-XX:+UseParallelGC"
-"""A larger run's JVM: the throughput collector instead of G1 (the default on 2 CPUs).
-
-Why: a batch job wants throughput, not short pauses, and G1's write barriers
-and concurrent work cost CPU on every stage; warm rounds of the full set at
-3M points took about 9 % less process CPU with it (docs/rollups.md
-"Performance"). Only when this process starts the JVM.
-"""
-
 SMALL_INPUT_CONF = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.iceberg.distribution-mode": "none",
@@ -118,7 +109,7 @@ def spark_session(
         "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536",
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}"
-        + (f" {SMALL_INPUT_JVM_OPTIONS}" if small_input else f" {JVM_OPTIONS}"),
+        + (f" {SMALL_INPUT_JVM_OPTIONS}" if small_input else ""),
         **(SMALL_INPUT_CONF if small_input else {}),
         **(iceberg_conf(lake) if lake is not None else {}),
         **(extra_conf or {}),
