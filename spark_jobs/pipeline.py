@@ -52,9 +52,10 @@ __all__ = [
 
 HOUR_S = 3600
 STORAGE = StorageLevel.DISK_ONLY
-"""Persisted results live on local disk: at 10M points ``MEMORY_AND_DISK`` overflowed
-the 1 GiB driver heap (a spilled block is read back into one heap buffer), and the
-peak RSS target (< 2 GiB, JVM included) rules out a larger heap."""
+"""Persisted results (the 1-minute sums and histograms, the hourly gauges and sums) live on
+local disk: at 10M points ``MEMORY_AND_DISK`` overflowed the 1 GiB driver heap when the
+job still persisted its projection (a spilled block is read back into one heap buffer),
+and the peak RSS target (< 2 GiB, JVM included) rules out a larger heap."""
 
 
 @dataclass
