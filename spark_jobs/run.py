@@ -15,7 +15,7 @@ from pyspark.sql import functions as sf
 
 from spark_jobs import io, metadata
 from spark_jobs.lake import Lake
-from spark_jobs.pipeline import plan_rollups, prepare_and_persist, scan_stats
+from spark_jobs.pipeline import plan_rollups, prepare_partitioned, scan_stats
 from spark_jobs.rollups import DEFAULT_LOOKBACK, unrolled_points
 
 __all__ = ["JobSummary", "run_rollups"]
@@ -103,12 +103,11 @@ def run_rollups(
     # Cumulative points need their predecessor: read DEFAULT_LOOKBACK before each range.
     reach = io.merge_ranges((start - DEFAULT_LOOKBACK, end) for start, end in ranges)
     points = io.read_landing(spark, lake, reach, snapshot_id)
-    # One scan of the landing for the whole run: every rollup reads this projection.
-    prepared = prepare_and_persist(points)
+    # Every rollup reads this projection: its own kind's columns, shuffled once.
+    prepared = prepare_partitioned(points)
     rollups = None
     try:
-        in_range = prepared.where(io.within("time", ranges))
-        stats = scan_stats(prepared, ranges)  # also materialises the projection
+        stats = scan_stats(points, ranges)
         summary.rows_read = stats.rows
         rollups = plan_rollups(
             prepared, ranges, windows, top=top, top_by=top_by, max_buckets=stats.max_buckets
@@ -122,9 +121,9 @@ def run_rollups(
 
         with ThreadPoolExecutor(max_workers=writers) as pool:
             written = {name: pool.submit(write, name) for name in rollups.outputs}
-            unrolled = pool.submit(_unrolled, in_range)
-            # From the frame just written (its inputs are still persisted), not a re-read
-            # of the table: the same rows, without another catalog load and scan.
+            unrolled = pool.submit(_unrolled, points.where(io.within("time", ranges)))
+            # From the frame just written (its hourly inputs are still persisted), not a
+            # re-read of the table: the same rows, without another catalog load and scan.
             top_latency = pool.submit(_worst_latency, rollups.outputs["client_health_1h"])
             summary.written = {name: future.result() for name, future in written.items()}
             summary.unrolled = unrolled.result()
@@ -132,7 +131,6 @@ def run_rollups(
     finally:
         if rollups is not None:
             rollups.unpersist()
-        prepared.unpersist()
     return summary
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs.pipeline import plan_rollups, prepare_and_persist
+from spark_jobs.pipeline import plan_rollups, prepare_partitioned
 from spark_jobs.rollups import (
     client_health,
     gauge_rollup,
@@ -241,8 +241,7 @@ def test_the_full_set_is_the_same_with_generated_code_and_without(spark: SparkSe
         for choice in (0, 1):
             for key, values in settings.items():
                 spark.conf.set(key, values[choice])
-            prepared = prepare_and_persist(points)
-            rollups = plan_rollups(prepared, ranges, [60, 3600])
+            rollups = plan_rollups(prepare_partitioned(points), ranges, [60, 3600])
             results.append(
                 {name: sorted(map(tuple, out.collect()), key=repr)
                  for name, out in rollups.outputs.items()}
@@ -250,7 +249,6 @@ def test_the_full_set_is_the_same_with_generated_code_and_without(spark: SparkSe
             plan = rollups.outputs["gauges_1m"]._jdf.queryExecution().executedPlan().toString()
             stages.append("*(" in plan)  # a whole-stage generated code block
             rollups.unpersist()
-            prepared.unpersist()
     finally:
         for key, value in saved.items():
             if value is None:
