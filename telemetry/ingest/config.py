@@ -29,18 +29,12 @@ class LogConfig:
         full_throttle_ms: Throttle time suggested to clients refused because
             the budget is exhausted; exporters need time to catch up and the
             log cannot predict how long, so this is a fixed, tunable value.
-        page_cache_bytes: The newest synced bytes left in the page cache for
-            readers; older ones are dropped after each group commit, so the
-            log's writes reuse the pages it gave back instead of taking
-            fresh memory (see ``SegmentWriter``). 0 drops each group once
-            synced.
     """
 
     segment_bytes: int = 64 * _MIB
     max_bytes: int = 1024 * _MIB
     max_record_bytes: int = 16 * _MIB
     full_throttle_ms: int = 1000
-    page_cache_bytes: int = 128 * _MIB
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= 0:
@@ -52,8 +46,6 @@ class LogConfig:
             )
         if self.max_record_bytes <= 0 or self.full_throttle_ms < 0:
             raise ValueError("max_record_bytes must be positive and full_throttle_ms >= 0")
-        if self.page_cache_bytes < 0:
-            raise ValueError(f"page_cache_bytes must be >= 0, got {self.page_cache_bytes}")
 
 
 def parse_log(section: Mapping[str, Any]) -> LogConfig:

@@ -77,12 +77,7 @@ class IngestLog:
         self._reported: set[tuple[Path, int]] = set()
         last = self._segments[-1]
         self._writer = SegmentWriter(
-            directory,
-            last.base,
-            last.size,
-            config.segment_bytes,
-            self.stats,
-            config.page_cache_bytes,
+            directory, last.base, last.size, config.segment_bytes, self.stats
         )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-log-writer")
         self._pending_parts: list[bytes] = []

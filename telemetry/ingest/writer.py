@@ -8,7 +8,6 @@ goes into a group and publishes the result.
 
 from __future__ import annotations
 
-import collections
 import os
 import time
 from dataclasses import dataclass
@@ -30,8 +29,6 @@ except (ValueError, OSError):  # pragma: no cover - every Linux has it
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # fdatasync is POSIX; macOS lacks it
-_fadvise = getattr(os, "posix_fadvise", None)  # POSIX too; macOS lacks it
-_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,72 +58,11 @@ def write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
                 break
 
 
-class _CachedTail:
-    """The synced bytes of the log still in the page cache, oldest first.
-
-    Each entry is ``[fd, low, high]``: a segment's descriptor and the synced
-    range of it not yet dropped. A rolled segment's descriptor stays open
-    until its range is dropped, then it is closed here.
-    """
-
-    def __init__(self, keep_bytes: int) -> None:
-        self._keep = keep_bytes
-        self._ranges: collections.deque[list[int]] = collections.deque()
-        self._bytes = 0
-
-    def synced(self, fd: int, low: int, high: int) -> None:
-        """``fd``'s bytes up to ``high`` are durable; drop what lies beyond the window."""
-        ranges = self._ranges
-        if ranges and ranges[-1][0] == fd:
-            self._bytes += high - ranges[-1][2]
-            ranges[-1][2] = high
-        elif high > low:
-            ranges.append([fd, low, high])
-            self._bytes += high - low
-        excess = self._bytes - self._keep
-        while excess > 0 and ranges:
-            entry = ranges[0]
-            fd, low, high = entry
-            drop = min(excess, high - low)
-            if _fadvise is not None:
-                _fadvise(fd, low, drop, _DONTNEED)
-            entry[1] = low + drop
-            self._bytes -= drop
-            excess -= drop
-            if entry[1] == high and len(ranges) > 1:
-                os.close(ranges.popleft()[0])
-
-    def owns(self, fd: int) -> bool:
-        return any(entry[0] == fd for entry in self._ranges)
-
-    def close(self, active_fd: int) -> None:
-        while self._ranges:
-            fd = self._ranges.popleft()[0]
-            if fd != active_fd:
-                os.close(fd)
-        self._bytes = 0
-
-
 class SegmentWriter:
-    """Appends frames to the active segment and rolls to new ones.
-
-    Synced bytes older than the newest ``page_cache_bytes`` are dropped from
-    the page cache (``POSIX_FADV_DONTNEED``): readers that keep up find the
-    newest records cached, and the pages the kernel gives the next writes are
-    ones it just took back, not fresh memory. On the 2-core VM this runs on,
-    copying a group into fresh page-cache pages cost 12-23 µs of the writer
-    thread's kernel time per 9 KB record against 3-4 µs into recycled ones
-    (docs/architecture.md, "Where a request's CPU goes").
-    """
+    """Appends frames to the active segment and rolls to new ones."""
 
     def __init__(
-        self,
-        directory: Path,
-        base: int,
-        size: int,
-        segment_bytes: int,
-        stats: LogStats,
-        page_cache_bytes: int,
+        self, directory: Path, base: int, size: int, segment_bytes: int, stats: LogStats
     ) -> None:
         self._directory = directory
         self._segment_bytes = segment_bytes
@@ -134,9 +70,6 @@ class SegmentWriter:
         self._base = base
         self._size = size
         self._fd = self._open(base)
-        #: What recovery found is left to the kernel: only what this writer synced is tracked.
-        self._cached = _CachedTail(page_cache_bytes)
-        self._synced_from = size
 
     @property
     def base(self) -> int:
@@ -165,9 +98,8 @@ class SegmentWriter:
         """
         fd = self._open(base)
         fsync_dir(self._directory)
-        if not self._cached.owns(self._fd):
-            os.close(self._fd)  # else closed once its cached range is dropped
-        self._fd, self._base, self._size, self._synced_from = fd, base, 0, 0
+        os.close(self._fd)
+        self._fd, self._base, self._size = fd, base, 0
         self._stats.segments_rolled += 1
         return SegmentState(base, self._directory / segment_name(base), 0)
 
@@ -190,7 +122,6 @@ class SegmentWriter:
                 if k > start:
                     write_all(self._fd, parts[2 * start : 2 * k])
                     self._fsync()
-                    self._cached.synced(self._fd, self._synced_from, size)
                 self._size = size
                 touched.append(
                     SegmentState(self._base, self._directory / segment_name(self._base), size)
@@ -201,13 +132,11 @@ class SegmentWriter:
             size += length
         write_all(self._fd, parts[2 * start :])
         self._fsync()
-        self._cached.synced(self._fd, self._synced_from, size)
         self._size = size
         touched.append(SegmentState(self._base, self._directory / segment_name(self._base), size))
         return touched
 
     def close(self) -> None:
-        self._cached.close(self._fd)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
