@@ -171,7 +171,7 @@ class Plan:
         Why: on a small run every extra shuffle partition is a task with a fixed
         cost and nothing to do; AQE coalesces after the fact but still plans them.
         On a large one every rollup task sorts or hashes its whole partition
-        (the projection is partitioned once, ``pipeline.prepare_and_persist``):
+        (each rollup shuffles its points once, ``pipeline.prepare_partitioned``):
         at 2M points per partition the 1-minute gauges spilled 6.7 GB with a
         1 GiB driver, so partitions stay near 500k points.
         """

@@ -1,16 +1,16 @@
-"""The full rollup set of one run, planned so the landing is scanned once.
+"""The full rollup set of one run, planned so each point is shuffled once per rollup of its kind.
 
 Why a plan rather than independent rollups (docs/rollups.md "Performance"):
-each rollup used to re-read the landing and re-decode the ``attributes`` map,
-and the hourly rollups, top-N and the health view recomputed from raw
-points. Here the landing is read once into a persisted projection
-(``prepare_points``), hash-partitioned by series so that no rollup shuffles
-the points again (``prepare_and_persist``); the shortest window's sum and histogram rollups are
-computed from it and persisted, every longer window's sums and histograms
-are merged from them (exact: their statistics compose), and top-N and the
-health view read the persisted hourly results. Gauges are the exception:
-exact percentiles do not compose, so every gauge window is computed from
-the persisted points.
+each rollup used to decode the ``attributes`` map and shuffle the points
+again for every grouping, and the hourly rollups, top-N and the health view
+recomputed from raw points. Here every rollup reads one projection of the
+landing (``prepare_points``), hash-partitioned by series
+(``prepare_partitioned``), so it reads only its kind's columns and shuffles
+them once; the shortest window's sum and histogram rollups are computed from
+it and persisted, every longer window's sums and histograms are merged from
+them (exact: their statistics compose), and top-N and the health view read
+the persisted hourly results. Gauges are the exception: exact percentiles do
+not compose, so every gauge window is computed from the points.
 
 The caller writes ``outputs`` in order (persisted inputs first, so they are
 materialised by their own write) and calls ``unpersist`` at the end.
@@ -46,15 +46,16 @@ __all__ = [
     "RollupSet",
     "ScanStats",
     "plan_rollups",
-    "prepare_and_persist",
+    "prepare_partitioned",
     "scan_stats",
 ]
 
 HOUR_S = 3600
 STORAGE = StorageLevel.DISK_ONLY
-"""Persisted results live on local disk: at 10M points ``MEMORY_AND_DISK`` overflowed
-the 1 GiB driver heap (a spilled block is read back into one heap buffer), and the
-peak RSS target (< 2 GiB, JVM included) rules out a larger heap."""
+"""Persisted results (the 1-minute sums and histograms, the hourly gauges and sums) live on
+local disk: at 10M points ``MEMORY_AND_DISK`` overflowed the 1 GiB driver heap when the
+job still persisted its projection (a spilled block is read back into one heap buffer),
+and the peak RSS target (< 2 GiB, JVM included) rules out a larger heap."""
 
 
 @dataclass
@@ -76,28 +77,34 @@ class RollupSet:
 
 
 SERIES_PARTITIONING = ("client_instance_id", "metric_name")
-"""What the persisted projection is hash-partitioned by: a prefix of every rollup's key."""
+"""What the projection is hash-partitioned by: a prefix of every rollup's key."""
 
 
-def prepare_and_persist(points: DataFrame, partitions: int | None = None) -> DataFrame:
-    """``prepare_points`` of the landing rows, partitioned by series and persisted (lazily).
+def prepare_partitioned(points: DataFrame, partitions: int | None = None) -> DataFrame:
+    """``prepare_points`` of the landing rows, hash-partitioned by series (not persisted).
 
     Why partitioned: every rollup groups (or, for cumulative points, orders a
     window) by keys that include ``client_instance_id`` and ``metric_name``,
-    so once the projection is hash-partitioned by them Spark plans every
-    rollup of the run without an exchange: the landing is shuffled once
-    instead of once per rollup (docs/rollups.md "Performance"). A 1-minute
-    group holds about one point, so the per-rollup shuffles used to move
-    every point again. ``partitions`` defaults to the session's shuffle
-    partitions, rounded up to a multiple of the cores: every later stage
-    runs one task per partition, and 5 tasks on 2 cores leave one core
-    idle for the last of three rounds.
+    so with the projection hash-partitioned by them Spark plans each rollup
+    with exactly one exchange, below which it pushes the rollup's own filter
+    (its kind of point) and column pruning into the Iceberg scan.
+    ``partitions`` defaults to the session's shuffle partitions, rounded up
+    to a multiple of the cores: every later stage runs one task per
+    partition, and 5 tasks on 2 cores leave one core idle for the last of
+    three rounds.
+
+    Why not persisted (docs/rollups.md "Performance"): building the
+    ``DISK_ONLY`` cache of the whole projection (columnar cached batches
+    written to and read back from local disk) cost more than every rollup
+    re-reading its own kind's columns through Iceberg and shuffling only
+    those rows: gauges, which are 65 % of the points, read only flat columns,
+    which Iceberg reads vectorized.
     """
     spark = points.sparkSession
     wanted = partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     cores = max(1, spark.sparkContext.defaultParallelism)
     count = -(-wanted // cores) * cores
-    return prepare_points(points).repartition(count, *SERIES_PARTITIONING).persist(STORAGE)
+    return prepare_points(points).repartition(count, *SERIES_PARTITIONING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +115,10 @@ class ScanStats:
     """The longest histogram ``bucket_counts``, None without histograms."""
 
 
-def scan_stats(prepared: DataFrame, ranges: Sequence[Range]) -> ScanStats:
-    """One action over the prepared landing: it materialises the persisted projection too."""
+def scan_stats(points: DataFrame, ranges: Sequence[Range]) -> ScanStats:
+    """One action over the landing rows (or their projection): only three columns are read."""
     histogram = sf.col("metric_type") == "histogram"
-    row = prepared.agg(
+    row = points.agg(
         sf.count(sf.when(within("time", ranges), sf.lit(1))).alias("rows"),
         sf.max(sf.when(histogram, sf.size("bucket_counts"))).alias("max_buckets"),
     ).first()
@@ -131,7 +138,8 @@ def plan_rollups(
     """Every output of a run over ``ranges`` (whole windows of the largest length).
 
     ``prepared`` holds the prepared landing from ``DEFAULT_LOOKBACK`` before
-    each range (cumulative points need their predecessor), ideally persisted.
+    each range (cumulative points need their predecessor), partitioned by
+    series (``prepare_partitioned``).
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
     then ``top_clients_1h`` and ``client_health_1h``. ``max_buckets``
     (``scan_stats``) lets histograms merge without per-element lambdas.

@@ -14,7 +14,7 @@ from pyspark.sql import functions as sf
 
 from spark_jobs import io, metadata
 from spark_jobs.lake import Lake
-from spark_jobs.pipeline import plan_rollups, prepare_and_persist, scan_stats
+from spark_jobs.pipeline import plan_rollups, prepare_partitioned, scan_stats
 from spark_jobs.rollups import DEFAULT_LOOKBACK, unrolled_points
 
 __all__ = ["JobSummary", "run_rollups"]
@@ -95,12 +95,11 @@ def run_rollups(
     # Cumulative points need their predecessor: read DEFAULT_LOOKBACK before each range.
     reach = io.merge_ranges((start - DEFAULT_LOOKBACK, end) for start, end in ranges)
     points = io.read_landing(spark, lake, reach, snapshot_id)
-    # One scan of the landing for the whole run: every rollup reads this projection.
-    prepared = prepare_and_persist(points)
+    # Every rollup reads this projection: its own kind's columns, shuffled once.
+    prepared = prepare_partitioned(points)
     rollups = None
     try:
-        in_range = prepared.where(io.within("time", ranges))
-        stats = scan_stats(prepared, ranges)  # also materialises the projection
+        stats = scan_stats(points, ranges)
         summary.rows_read = stats.rows
         rollups = plan_rollups(
             prepared, ranges, windows, top=top, top_by=top_by, max_buckets=stats.max_buckets
@@ -109,14 +108,13 @@ def run_rollups(
         for name, rollup in rollups.outputs.items():
             io.write_output(rollup, lake, name, ranges, snapshot_id)
             summary.written[name] = metadata.output_written_rows(lake, name)
-        summary.unrolled = _unrolled(in_range)
-        # From the frame just written (its inputs are still persisted), not a re-read
+        summary.unrolled = _unrolled(points.where(io.within("time", ranges)))
+        # From the frame just written (its hourly inputs are still persisted), not a re-read
         # of the table: the same rows, without another catalog load and scan.
         summary.top_latency = _worst_latency(rollups.outputs["client_health_1h"])
     finally:
         if rollups is not None:
             rollups.unpersist()
-        prepared.unpersist()
     return summary
 
 

@@ -98,10 +98,9 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
-        # The job persists its one projection of the landing: without this, Spark
-        # packs a run's hour files into one split per core, and a 5M-row cache block
-        # read back from disk overflowed a 1 GiB heap at 10M points. One split per
-        # hour file (or 8 MiB of it) keeps every cached block small.
+        # File sources only (the landing is read through Iceberg, whose splits follow
+        # Parquet row groups): one split per file or 8 MiB of it, not one per core.
+        # It kept the cache blocks of the projection the job used to persist small.
         "spark.sql.files.maxPartitionBytes": "8m",
         # Hourly gauge percentiles are an object aggregation (collect_list) over
         # tens of thousands of small groups per task: keep it in memory instead of
