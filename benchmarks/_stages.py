@@ -25,7 +25,7 @@ import psutil  # type: ignore[import-untyped,unused-ignore]
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["KAFKA_STAGES", "OTLP_STAGES", "Breakdown", "breakdown", "thread_cpu"]
+__all__ = ["KAFKA_STAGES", "OTLP_STAGES", "Breakdown", "breakdown", "kernel_cpu", "thread_cpu"]
 
 #: (path fragment, function name or "*", stage); the first match wins.
 _Rule = tuple[str, str, str]
@@ -225,4 +225,19 @@ def thread_cpu(pid: int) -> tuple[float, float]:
             main += cpu
         else:
             other += cpu
+    return main, other
+
+
+def kernel_cpu(pid: int) -> tuple[float, float]:
+    """The kernel's part of :func:`thread_cpu`: system CPU seconds, main thread and the others.
+
+    For a push, the event loop's is mostly socket calls and the log writer's
+    the copy into the page cache and ``fdatasync``.
+    """
+    main = other = 0.0
+    for thread in psutil.Process(pid).threads():
+        if thread.id == pid:
+            main += float(thread.system_time)
+        else:
+            other += float(thread.system_time)
     return main, other

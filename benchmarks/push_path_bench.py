@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import gc
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -106,8 +107,18 @@ def _request(api_key: ApiKey, request: object) -> bytes:
 
 async def measure(connections: int, rounds: int, quotas: bool) -> tuple[float, float, int]:
     """(loop µs, process µs) per push over ``rounds``, and pushes answered with an error."""
+    directory = tempfile.mkdtemp(prefix="kip714-push-path-")
+    try:
+        return await _measure(directory, connections, rounds, quotas)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _measure(
+    directory: str, connections: int, rounds: int, quotas: bool
+) -> tuple[float, float, int]:
     clock_ms = [time.time_ns() // 1_000_000]
-    log = await IngestLog.open(tempfile.mkdtemp(prefix="kip714-push-path-"), LogConfig())
+    log = await IngestLog.open(directory, LogConfig())
     manager = TelemetryManager()
     manager.update_subscription("bench", {"metrics": ["*"], "interval.ms": 100})
     listener = KafkaListener(
