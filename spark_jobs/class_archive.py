@@ -54,8 +54,9 @@ ARCHIVE_MAGIC = (0xF00BABA8).to_bytes(4, "little")
 QUIET = "-Xlog:cds*=off"
 """Keeps CDS warnings (JVM unified logging, on stdout by default) off the user's terminal."""
 
-_FORMAT = "1"
-"""Part of the key: bump when what an archive is built from changes."""
+_FORMAT = "2"
+"""Part of the key: bump when what an archive is built from changes (2: the
+class path in the launcher's order, the Iceberg jars on it in local mode)."""
 _SUFFIX = ".jsa"
 _PART = ".part"
 _PART_TTL_S = 15 * 60
