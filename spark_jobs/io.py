@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
@@ -77,19 +78,25 @@ def touched_hours(appended: DataFrame) -> list[datetime]:
     return sorted(row["h"].replace(tzinfo=UTC) for row in hours if row["h"] is not None)
 
 
-def _ensure_table(spark: SparkSession, table: str, rollup: DataFrame) -> None:
-    if spark.catalog.tableExists(table):
-        return
-    namespace = table.rsplit(".", 1)[0]
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
-    empty = spark.createDataFrame([], rollup.schema)
-    (
-        empty.writeTo(table)
-        .using("iceberg")
-        .partitionedBy(sf.partitioning.hours("window_start"))
-        .tableProperty("format-version", "2")
-        .create()
-    )
+def _create_with(rollup: DataFrame, table: str, landing_snapshot_id: int) -> bool:
+    """Create ``table`` holding ``rollup``: one commit (Iceberg's staged create-as-select).
+
+    False if the table exists (another run created it since the pre-flight).
+    """
+    try:
+        (
+            rollup.writeTo(table)
+            .using("iceberg")
+            .partitionedBy(sf.partitioning.hours("window_start"))
+            .tableProperty("format-version", "2")
+            .option(f"snapshot-property.{LANDING_SNAPSHOT_PROPERTY}", str(landing_snapshot_id))
+            .create()
+        )
+    except AnalysisException as error:
+        if error.getCondition() != "TABLE_OR_VIEW_ALREADY_EXISTS":
+            raise
+        return False
+    return True
 
 
 def write_output(
@@ -98,15 +105,24 @@ def write_output(
     name: str,
     ranges: Sequence[Range],
     landing_snapshot_id: int,
+    *,
+    exists: bool | None = None,
 ) -> None:
     """Replace the rows of ``ranges`` (by ``window_start``) in table ``name`` with ``rollup``.
 
-    One Iceberg commit, created with the table if absent. ``rollup`` must hold
-    every window of ``ranges`` (a window it lacks is left empty): the job's
-    ranges are whole hours, and it computes all of them.
+    One Iceberg commit, which creates the table if absent (``exists``: what
+    the pre-flight saw, None to ask the catalog). ``rollup`` must hold every
+    window of ``ranges`` (a window it lacks is left empty): the job's ranges
+    are whole hours, and it computes all of them.
     """
     table = lake.table(name)
-    _ensure_table(rollup.sparkSession, table, rollup)
+    spark = rollup.sparkSession
+    if exists is None:
+        exists = spark.catalog.tableExists(table)
+        if not exists:  # the pre-flight saw the landing in this namespace; a caller may not
+            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
+    if not exists and _create_with(rollup, table, landing_snapshot_id):
+        return
     (
         rollup.writeTo(table)
         .option(f"snapshot-property.{LANDING_SNAPSHOT_PROPERTY}", str(landing_snapshot_id))

@@ -18,7 +18,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["ICEBERG_PACKAGES", "JarsUnavailableError", "cache_dir", "iceberg_jars", "main"]
+__all__ = [
+    "ICEBERG_PACKAGES",
+    "JarsUnavailableError",
+    "cache_dir",
+    "cache_root",
+    "iceberg_jars",
+    "main",
+]
 
 ICEBERG_PACKAGES: tuple[str, ...] = (
     "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0",
@@ -35,10 +42,14 @@ class JarsUnavailableError(RuntimeError):
     """Maven ran and failed (offline, no such version): the run cannot read the lake."""
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
     """``$KIP714_CACHE`` or ``~/.cache/kip714``, shared with the test tooling."""
-    root = os.environ.get("KIP714_CACHE") or Path.home() / ".cache" / "kip714"
-    return Path(root) / "spark-iceberg-1.12.0"
+    return Path(os.environ.get("KIP714_CACHE") or Path.home() / ".cache" / "kip714")
+
+
+def cache_dir() -> Path:
+    """Where the jars are, under ``cache_root()``."""
+    return cache_root() / "spark-iceberg-1.12.0"
 
 
 def _cached(target: Path) -> list[Path] | None:

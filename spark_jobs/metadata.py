@@ -39,6 +39,8 @@ class LakeState:
     """Output name → recorded landing snapshot id (None: no such table or no record)."""
     appended_since: list[int] | None
     """Append snapshots after the common recorded one (None: no common record in the history)."""
+    existing: frozenset[str] = frozenset()
+    """The outputs that exist as tables (the run creates the others with their first commit)."""
 
 
 def _catalog(lake: Lake) -> SqlCatalog:
@@ -92,12 +94,14 @@ def lake_state(lake: Lake, outputs: Iterable[str]) -> LakeState:
     snapshot = landing.current_snapshot()
     if snapshot is None:
         raise NoDataError(f"the landing table {lake.namespace}.{LANDING_TABLE} is empty")
-    recorded = {name: _recorded(_load(catalog, lake, name)) for name in outputs}
+    tables = {name: _load(catalog, lake, name) for name in outputs}
+    recorded = {name: _recorded(table) for name, table in tables.items()}
     common = set(recorded.values())
     appended = None
     if len(common) == 1 and None not in common:
         appended = _appends_after(landing, snapshot.snapshot_id, common.pop())  # type: ignore[arg-type]
-    return LakeState(snapshot.snapshot_id, recorded, appended)
+    existing = frozenset(name for name, table in tables.items() if table is not None)
+    return LakeState(snapshot.snapshot_id, recorded, appended, existing)
 
 
 def _time_filter(ranges: Iterable[Range]) -> str:

@@ -6,7 +6,8 @@ and the tests drive the very same steps in a warm session.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -87,8 +88,15 @@ def run_rollups(
     top: int = 10,
     top_by: str = "p99",
     incremental_after: int | None = None,
+    existing: Collection[str] | None = None,
+    writers: int = 1,
 ) -> JobSummary:
-    """Recompute and replace every output over ``ranges`` from landing snapshot ``snapshot_id``."""
+    """Recompute and replace every output over ``ranges`` from landing snapshot ``snapshot_id``.
+
+    ``existing``: the output tables the pre-flight found (None: ask the catalog).
+    ``writers``: outputs planned, computed and committed at once (threads of
+    one session). Each output is still one commit of its own table.
+    """
     summary = JobSummary(snapshot_id, list(ranges), incremental_after)
     if not ranges:
         return summary
@@ -105,13 +113,21 @@ def run_rollups(
             prepared, ranges, windows, top=top, top_by=top_by, max_buckets=stats.max_buckets
         )
         assert list(rollups.outputs) == list(outputs), "output order is the job's contract"
-        for name, rollup in rollups.outputs.items():
-            io.write_output(rollup, lake, name, ranges, snapshot_id)
-            summary.written[name] = metadata.output_written_rows(lake, name)
-        summary.unrolled = _unrolled(points.where(io.within("time", ranges)))
-        # From the frame just written (its hourly inputs are still persisted), not a re-read
-        # of the table: the same rows, without another catalog load and scan.
-        summary.top_latency = _worst_latency(rollups.outputs["client_health_1h"])
+
+        def write(name: str) -> int:
+            exists = None if existing is None else name in existing
+            io.write_output(rollups.outputs[name], lake, name, ranges, snapshot_id, exists=exists)
+            return metadata.output_written_rows(lake, name)
+
+        with ThreadPoolExecutor(max_workers=writers) as pool:
+            written = {name: pool.submit(write, name) for name in rollups.outputs}
+            unrolled = pool.submit(_unrolled, points.where(io.within("time", ranges)))
+            # From the frame just written (its hourly inputs are still persisted), not a
+            # re-read of the table: the same rows, without another catalog load and scan.
+            top_latency = pool.submit(_worst_latency, rollups.outputs["client_health_1h"])
+            summary.written = {name: future.result() for name, future in written.items()}
+            summary.unrolled = unrolled.result()
+            summary.top_latency = top_latency.result()
     finally:
         if rollups is not None:
             rollups.unpersist()

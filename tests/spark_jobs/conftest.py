@@ -54,7 +54,8 @@ def spark(lake_dir: Path) -> Iterator[SparkSession]:
         )
         .config("spark.driver.memory", "1g")
     )
-    for key, value in {**SMALL_INPUT_CONF, **iceberg_conf(Lake.under(lake_dir))}.items():
+    catalog = iceberg_conf(Lake.under(lake_dir), local=True)  # the jars on the class path
+    for key, value in {**SMALL_INPUT_CONF, **catalog}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_jobs.pipeline import plan_rollups, prepare_partitioned
 from spark_jobs.rollups import (
     client_health,
     gauge_rollup,
@@ -19,6 +20,7 @@ from spark_jobs.rollups import (
 )
 from spark_jobs.rollups.histograms import histogram_rollup_from
 from spark_jobs.rollups.sums import sum_rollup_from
+from tests.spark_jobs.landing_data import two_hours
 from tests.spark_jobs.support import assert_rows, at, frame, point
 
 CLIENT = ("c1", "i1", "librdkafka", "2.16.0")
@@ -223,3 +225,37 @@ def test_windows_must_divide_a_day() -> None:
     for bad in ("7m", "0h", "1w", "abc"):
         with pytest.raises(ValueError, match="window"):
             parse_window(bad)
+
+
+def test_the_full_set_is_the_same_with_generated_code_and_without(spark: SparkSession) -> None:
+    # A small run evaluates its plans interpreted (session.SMALL_INPUT_CONF), a large one
+    # compiles them: both must give the same rows.
+    points = frame(spark, two_hours())
+    ranges = [(at(0), at(0, hour=6))]
+    settings = {"spark.sql.codegen.wholeStage": ("true", "false"),
+                "spark.sql.codegen.factoryMode": ("FALLBACK", "NO_CODEGEN")}  # fmt: skip
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    results = []
+    stages: list[bool] = []
+    try:
+        for choice in (0, 1):
+            for key, values in settings.items():
+                spark.conf.set(key, values[choice])
+            rollups = plan_rollups(prepare_partitioned(points), ranges, [60, 3600])
+            results.append(
+                {name: sorted(map(tuple, out.collect()), key=repr)
+                 for name, out in rollups.outputs.items()}
+            )  # fmt: skip
+            plan = rollups.outputs["gauges_1m"]._jdf.queryExecution().executedPlan().toString()
+            stages.append("*(" in plan)  # a whole-stage generated code block
+            rollups.unpersist()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+    compiled, interpreted = results
+    assert stages == [True, False]
+    assert all(compiled[name] for name in ("gauges_1m", "sums_1h", "client_health_1h"))
+    assert compiled == interpreted
