@@ -149,10 +149,6 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
-        # File sources only (the landing is read through Iceberg, whose splits follow
-        # Parquet row groups): one split per file or 8 MiB of it, not one per core.
-        # It kept the cache blocks of the projection the job used to persist small.
-        "spark.sql.files.maxPartitionBytes": "8m",
         # Hourly gauge percentiles are an object aggregation (collect_list) over
         # tens of thousands of small groups per task: keep it in memory instead of
         # falling back to sort-based aggregation after 128 keys (2x faster, measured).
