@@ -4,9 +4,10 @@ A door (the Kafka listener, the HTTP routes) reads its transport into a
 request's fields and a :class:`RequestQuota` that charges its client, then
 calls :class:`Ingress`: admit a new client instance (KIP-599, strict) →
 charge the request (KIP-124 request time, produce-style push bytes) →
-validate (:class:`~telemetry.core.manager.TelemetryManager`) → decompress,
-in a thread above :data:`INLINE_DECOMPRESSED_BYTES` → append to the ingest
-log → complete the push from the log's future. The door turns the outcome
+validate (:class:`~telemetry.core.manager.TelemetryManager`) → decompress to
+check it, in a thread above :data:`INLINE_DECOMPRESSED_BYTES` → append the
+payload as sent, with its codec and decompressed size, to the ingest log (it
+decompresses on read) → complete the push from the log's future. The door turns the outcome
 (or a future of it) back into its transport's answer. What the client is
 told when the log refuses a push is decided here, once (:func:`refused_append`).
 

@@ -260,35 +260,18 @@ def decode_checked_body(buf: bytes, start: int, end: int) -> LoggedPush:
         FrameError: As :func:`decode_body`, but for the checks already made.
     """
     at = start - HEADER.size
+    fields: tuple[int, ...]
     if buf[start] == 1:
-        (
-            _version,
-            flags,
-            offset,
-            subscription_id,
-            received_time_ms,
-            push_interval_ms,
-            port,
-            *lengths,
-        ) = _FIXED_V1.unpack_from(buf, start)
+        fields = _FIXED_V1.unpack_from(buf, start)
         pos = start + _FIXED_V1.size
-        compression, size = 0, -1
+        compression, size, lengths = 0, -1, fields[7:]
     else:
         if end - start < _FIXED.size:
             raise FrameError(at, f"record body of {end - start} bytes is too short")
-        (
-            _version,
-            flags,
-            offset,
-            subscription_id,
-            received_time_ms,
-            push_interval_ms,
-            port,
-            compression,
-            size,
-            *lengths,
-        ) = _FIXED.unpack_from(buf, start)
+        fields = _FIXED.unpack_from(buf, start)
         pos = start + _FIXED.size
+        compression, size, lengths = fields[7], fields[8], fields[9:]
+    _version, flags, offset, subscription_id, received_time_ms, push_interval_ms, port = fields[:7]
     values: list[str | None] = []
     for length in lengths:
         if length == _NONE:

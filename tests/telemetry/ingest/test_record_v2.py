@@ -13,28 +13,23 @@ import pytest
 from telemetry.core.codecs import CompressionType
 from telemetry.ingest import IngestLog, LogCorruptionError, PushContext, RecordTooLargeError
 from telemetry.ingest.inspection import inspect_log
-from telemetry.ingest.record import HEADER, MAX_BODY, FrameError, decode_body, encode_frame
-from tests.telemetry.ingest.support import SMALL, assert_matches, context, payload, segment_files
+from telemetry.ingest.record import HEADER, MAX_BODY, FrameError, encode_frame
+from tests.telemetry.ingest.support import (
+    SMALL,
+    assert_matches,
+    context,
+    decoded_frame,
+    encoded_frame,
+    payload,
+    segment_files,
+)
 from tests.telemetry.kafka_wire_client import COMPRESSORS, otlp_payload
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from exporters.api import LoggedPush
 
 OTLP = otlp_payload("org.apache.kafka.producer.record.send.rate", points=40)
-
-
-def _frame(offset: int, ctx: PushContext, stored: bytes, codec: int = 0, size: int = -1) -> bytes:
-    head, length = encode_frame(offset, ctx, stored, codec, size)
-    frame = head + stored
-    assert len(frame) == length
-    return frame
-
-
-def _decode(frame: bytes, expected_offset: int) -> LoggedPush:
-    length, crc = HEADER.unpack_from(frame)
-    return decode_body(frame, HEADER.size, HEADER.size + length, crc, expected_offset)
 
 
 def _v1_frame(offset: int, ctx: PushContext, body_payload: bytes) -> bytes:
@@ -69,18 +64,18 @@ def _v1_frame(offset: int, ctx: PushContext, body_payload: bytes) -> bytes:
 def test_every_codec_round_trips_stored_as_sent(codec: str) -> None:
     compression, compress = COMPRESSORS[codec]
     sent = compress(OTLP)
-    frame = _frame(9, context(9), sent, compression, len(OTLP))
+    frame = encoded_frame(9, context(9), sent, compression, len(OTLP))
     assert sent in frame
     if codec not in {"none", "gzip-level0"}:
         assert len(frame) < len(OTLP)  # the decompressed payload is not on disk
-    record = _decode(frame, 9)
+    record = decoded_frame(frame, 9)
     assert record.payload == OTLP
     assert record.client_id == context(9).client_id
     assert record.offset == 9
 
 
 def test_uncompressed_payloads_need_no_size() -> None:
-    assert _decode(_frame(1, context(1), payload(1)), 1).payload == payload(1)
+    assert decoded_frame(encoded_frame(1, context(1), payload(1)), 1).payload == payload(1)
     with pytest.raises(ValueError, match="decompressed size"):
         encode_frame(0, context(0), gzip.compress(OTLP), CompressionType.GZIP)
     with pytest.raises(ValueError, match="unknown compression"):
@@ -89,7 +84,7 @@ def test_uncompressed_payloads_need_no_size() -> None:
 
 def test_version_1_frames_still_decode() -> None:
     ctx = context(4, terminating=True)
-    record = _decode(_v1_frame(4, ctx, payload(4)), 4)
+    record = decoded_frame(_v1_frame(4, ctx, payload(4)), 4)
     assert_matches(record, 4)
     assert record.terminating
     assert record.content_type == "OTLP"
@@ -136,20 +131,20 @@ async def test_a_version_1_log_on_disk_stays_readable_and_takes_version_2_append
 def test_a_corrupt_payload_under_a_valid_crc_is_a_frame_error(
     codec: CompressionType, stored: bytes
 ) -> None:
-    frame = _frame(2, context(2), stored, codec, len(OTLP))
+    frame = encoded_frame(2, context(2), stored, codec, len(OTLP))
     with pytest.raises(FrameError, match=f"{codec.name} payload does not decompress") as error:
-        _decode(frame, 2)
+        decoded_frame(frame, 2)
     assert error.value.position == 0
 
 
 def test_a_payload_that_decompresses_to_another_size_is_a_frame_error() -> None:
     sent = gzip.compress(OTLP)
     with pytest.raises(FrameError, match=f"decompressed to {len(OTLP)} bytes"):
-        _decode(_frame(0, context(0), sent, CompressionType.GZIP, len(OTLP) + 1), 0)
+        decoded_frame(encoded_frame(0, context(0), sent, CompressionType.GZIP, len(OTLP) + 1), 0)
     with pytest.raises(FrameError, match="does not decompress"):  # longer than declared
-        _decode(_frame(0, context(0), sent, CompressionType.GZIP, len(OTLP) - 1), 0)
+        decoded_frame(encoded_frame(0, context(0), sent, CompressionType.GZIP, len(OTLP) - 1), 0)
     with pytest.raises(FrameError, match="decompressed to"):
-        _decode(_frame(0, context(0), OTLP, CompressionType.NONE, len(OTLP) + 1), 0)
+        decoded_frame(encoded_frame(0, context(0), OTLP, CompressionType.NONE, len(OTLP) + 1), 0)
 
 
 def _with_body(frame: bytes, at: int, value: bytes) -> bytes:
@@ -160,12 +155,12 @@ def _with_body(frame: bytes, at: int, value: bytes) -> bytes:
 
 
 def test_an_unknown_codec_or_an_impossible_size_is_a_frame_error() -> None:
-    frame = _frame(0, context(0), OTLP)
+    frame = encoded_frame(0, context(0), OTLP)
     with pytest.raises(FrameError, match="unknown compression type 9"):
-        _decode(_with_body(frame, 38, b"\x09"), 0)
+        decoded_frame(_with_body(frame, 38, b"\x09"), 0)
     huge = _with_body(frame, 38, bytes([CompressionType.ZSTD]) + struct.pack("<I", MAX_BODY + 1))
     with pytest.raises(FrameError, match="over"):
-        _decode(huge, 0)
+        decoded_frame(huge, 0)
 
 
 @pytest.mark.parametrize(
@@ -182,11 +177,11 @@ def test_a_decompression_bomb_record_is_refused_in_bounded_memory(
     codec: CompressionType, bomb: bytes
 ) -> None:
     # 64 MiB of zeros in a record that declares 1,000 bytes (its CRC is valid).
-    frame = _frame(0, context(0), bomb, codec, 1000)
+    frame = encoded_frame(0, context(0), bomb, codec, 1000)
     tracemalloc.start()
     try:
         with pytest.raises(FrameError, match="does not decompress"):
-            _decode(frame, 0)
+            decoded_frame(frame, 0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
