@@ -178,6 +178,10 @@ def encode_frame(
         if compression:
             raise ValueError("a compressed payload needs its decompressed size")
         decompressed_size = len(payload)
+    elif not compression and decompressed_size != len(payload):
+        raise ValueError(
+            f"an uncompressed payload of {len(payload)} bytes declared as {decompressed_size}"
+        )
     if compression not in _CODECS:
         raise ValueError(f"unknown compression type {compression}")
     try:

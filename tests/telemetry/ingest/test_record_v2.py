@@ -78,6 +78,8 @@ def test_uncompressed_payloads_need_no_size() -> None:
     assert decoded_frame(encoded_frame(1, context(1), payload(1)), 1).payload == payload(1)
     with pytest.raises(ValueError, match="decompressed size"):
         encode_frame(0, context(0), gzip.compress(OTLP), CompressionType.GZIP)
+    with pytest.raises(ValueError, match="uncompressed payload of"):
+        encode_frame(0, context(0), OTLP, CompressionType.NONE, len(OTLP) + 1)
     with pytest.raises(ValueError, match="unknown compression"):
         encode_frame(0, context(0), OTLP, 5, len(OTLP))
 
@@ -137,21 +139,23 @@ def test_a_corrupt_payload_under_a_valid_crc_is_a_frame_error(
     assert error.value.position == 0
 
 
+def _with_body(frame: bytes, at: int, value: bytes) -> bytes:
+    """``frame`` with body bytes from ``at`` on replaced and its CRC recomputed."""
+    body = bytearray(frame[HEADER.size :])
+    body[at : at + len(value)] = value
+    return struct.pack("<II", len(body), crc32c.crc32c(bytes(body))) + bytes(body)
+
+
 def test_a_payload_that_decompresses_to_another_size_is_a_frame_error() -> None:
     sent = gzip.compress(OTLP)
     with pytest.raises(FrameError, match=f"decompressed to {len(OTLP)} bytes"):
         decoded_frame(encoded_frame(0, context(0), sent, CompressionType.GZIP, len(OTLP) + 1), 0)
     with pytest.raises(FrameError, match="does not decompress"):  # longer than declared
         decoded_frame(encoded_frame(0, context(0), sent, CompressionType.GZIP, len(OTLP) - 1), 0)
+    uncompressed = encoded_frame(0, context(0), OTLP, CompressionType.NONE, len(OTLP))
+    size_at = 39  # the body's decompressed_size field
     with pytest.raises(FrameError, match="decompressed to"):
-        decoded_frame(encoded_frame(0, context(0), OTLP, CompressionType.NONE, len(OTLP) + 1), 0)
-
-
-def _with_body(frame: bytes, at: int, value: bytes) -> bytes:
-    """``frame`` with body bytes from ``at`` on replaced and its CRC recomputed."""
-    body = bytearray(frame[HEADER.size :])
-    body[at : at + len(value)] = value
-    return struct.pack("<II", len(body), crc32c.crc32c(bytes(body))) + bytes(body)
+        decoded_frame(_with_body(uncompressed, size_at, struct.pack("<I", len(OTLP) + 1)), 0)
 
 
 def test_an_unknown_codec_or_an_impossible_size_is_a_frame_error() -> None:
