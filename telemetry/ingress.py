@@ -4,9 +4,10 @@ A door (the Kafka listener, the HTTP routes) reads its transport into a
 request's fields and a :class:`RequestQuota` that charges its client, then
 calls :class:`Ingress`: admit a new client instance (KIP-599, strict) →
 charge the request (KIP-124 request time, produce-style push bytes) →
-validate (:class:`~telemetry.core.manager.TelemetryManager`) → decompress,
-in a thread above :data:`INLINE_DECOMPRESSED_BYTES` → append to the ingest
-log → complete the push from the log's future. The door turns the outcome
+validate (:class:`~telemetry.core.manager.TelemetryManager`) → decompress to
+check it, in a thread above :data:`INLINE_DECOMPRESSED_BYTES` → append the
+payload as sent, with its codec and decompressed size, to the ingest log (it
+decompresses on read) → complete the push from the log's future. The door turns the outcome
 (or a future of it) back into its transport's answer. What the client is
 told when the log refuses a push is decided here, once (:func:`refused_append`).
 
@@ -92,7 +93,11 @@ class PushLog(Protocol):
     """Where accepted pushes go before they are acknowledged (the ingest log)."""
 
     def append_nowait(
-        self, context: PushContext, payload: bytes
+        self,
+        context: PushContext,
+        payload: bytes,
+        compression: int = 0,
+        decompressed_size: int = -1,
     ) -> tuple[int, asyncio.Future[None]]: ...
 
 
@@ -126,7 +131,7 @@ def complete_failed_append(
     return manager.complete_push(accepted, code, throttle_time_ms=throttle_time_ms)
 
 
-def decompression_outcome(future: asyncio.Future[bytes | TelemetryError]) -> bytes | TelemetryError:
+def decompression_outcome(future: asyncio.Future[int | TelemetryError]) -> int | TelemetryError:
     """What a finished decompression thread means for its push.
 
     Codec refusals come back as values (``DeferredPush.outcome``); a
@@ -339,7 +344,7 @@ class Ingress:
     def append(self, accepted: AcceptedPush) -> PushTelemetryResponse | Appended:
         """Queue an accepted push in the log: its outcome now (refused), or once durable."""
         manager = self.manager
-        if not accepted.data:
+        if not accepted.data_size:
             return manager.complete_push(accepted)  # null or empty metrics: nothing to log
         try:
             context = push_context(
@@ -351,7 +356,11 @@ class Ingress:
                 origin=accepted.context,
                 first=accepted.metadata if self._inherit else None,
             )
-            _, durable = self.log.append_nowait(context, accepted.data)
+            # Logged as sent: the log decompresses on read (the writer copies
+            # ~10× fewer bytes into the page cache than decompressed).
+            _, durable = self.log.append_nowait(
+                context, accepted.data, accepted.compression_type, accepted.data_size
+            )
         except Exception as error:
             return complete_failed_append(manager, accepted, error)
         return Appended(manager, accepted, durable)
@@ -362,7 +371,7 @@ class Ingress:
         decompressed = loop.run_in_executor(self.decompressor, deferred.outcome)
         answer: asyncio.Future[PushTelemetryResponse] = loop.create_future()
 
-        def done(future: asyncio.Future[bytes | TelemetryError]) -> None:
+        def done(future: asyncio.Future[int | TelemetryError]) -> None:
             result = self.manager.finish_deferred(deferred, decompression_outcome(future))
             if not isinstance(result, AcceptedPush):
                 _settle(answer, result)

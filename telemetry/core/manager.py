@@ -122,9 +122,12 @@ class AcceptedPush:
     push, and a frozen dataclass's ``__init__`` costs an
     ``object.__setattr__`` per field.
 
-    ``data`` is the OTLP ``MetricsData`` bytes: decompressed, or as sent for
-    compression NONE; ``b""`` when the client sent null or empty metrics
-    (nothing to log; complete it at once).
+    ``data`` is the OTLP ``MetricsData`` bytes as the client sent them,
+    compressed with ``compression_type``, and ``data_size`` their length
+    decompressed: the log keeps them as sent and decompresses on read, so
+    the decompressed copy made to check them is dropped here. ``data_size``
+    is 0 when the client sent null or empty metrics, or a payload that
+    decompresses to nothing (nothing to log; complete it at once).
     """
 
     client_instance_id: Uuid
@@ -136,6 +139,7 @@ class AcceptedPush:
     compression_type: CompressionType
     received_ms: int
     data: bytes
+    data_size: int
     _instance: ClientInstance = field(repr=False, compare=False)
 
 
@@ -169,10 +173,13 @@ class DeferredPush:
             self.compression_type, self.payload, self.max_decompressed_bytes, share_gil=True
         )
 
-    def outcome(self) -> bytes | TelemetryError:
-        """:meth:`decompress` for a worker thread: a refusal is a value, so only bugs raise."""
+    def outcome(self) -> int | TelemetryError:
+        """The decompressed size, for a worker thread: a refusal is a value, so only bugs raise.
+
+        Only the size leaves the thread: the log keeps the payload as sent.
+        """
         try:
-            return self.decompress()
+            return len(self.decompress())
         except TelemetryError as error:
             return error
 
@@ -343,10 +350,10 @@ class TelemetryManager:
             codec, payload = self._check_push(
                 instance, subscription_id, terminating, compression_type, metrics, now_ms
             )
-            data = self._decompress_inline(codec, payload, inline_max_bytes)
+            size = self._decompressed_size(codec, payload, inline_max_bytes)
         except TelemetryError as error:
             return self._push_refused(instance, error)
-        if data is None:
+        if size is None:
             self.stats.deferred_decompressions += 1
             return DeferredPush(
                 client_instance_id=instance.client_instance_id,
@@ -359,12 +366,17 @@ class TelemetryManager:
                 max_decompressed_bytes=self._config.max_decompressed_bytes,
                 _instance=instance,
             )
-        return self._accepted(instance, subscription_id, context, terminating, codec, now_ms, data)
+        return self._accepted(
+            instance, subscription_id, context, terminating, codec, now_ms, payload, size
+        )
 
     def finish_deferred(
-        self, deferred: DeferredPush, outcome: bytes | TelemetryError
+        self, deferred: DeferredPush, outcome: int | TelemetryError
     ) -> AcceptedPush | PushTelemetryResponse:
-        """Record how a deferred decompression ended: accepted (to log) or refused (118/87)."""
+        """Record how a deferred decompression ended: accepted (to log) or refused (118/87).
+
+        ``outcome`` is the decompressed size (:meth:`DeferredPush.outcome`).
+        """
         if isinstance(outcome, TelemetryError):
             return self._push_refused(deferred._instance, outcome)
         return self._accepted(
@@ -374,23 +386,28 @@ class TelemetryManager:
             deferred.terminating,
             deferred.compression_type,
             deferred.received_ms,
+            deferred.payload,
             outcome,
         )
 
-    def _decompress_inline(
+    def _decompressed_size(
         self, codec: CompressionType, payload: bytes, inline_max_bytes: int | None
-    ) -> bytes | None:
-        """The OTLP bytes, or ``None`` when they would exceed ``inline_max_bytes`` (defer)."""
+    ) -> int | None:
+        """The OTLP bytes' size, or ``None`` when they would exceed ``inline_max_bytes`` (defer).
+
+        Decompressing is the check (bounded size, not corrupt); the output is
+        dropped at once, since the log keeps the payload as sent.
+        """
         if not payload:
-            return b""  # null or empty metrics: accepted, nothing to log
+            return 0  # null or empty metrics: accepted, nothing to log
         if codec is CompressionType.NONE:
-            return decompress(codec, payload, self._config.max_decompressed_bytes)
+            return len(decompress(codec, payload, self._config.max_decompressed_bytes))
         self.stats.decompressions += 1
         limit = self._config.max_decompressed_bytes
         if inline_max_bytes is None or inline_max_bytes >= limit:
-            return decompress(codec, payload, limit)
+            return len(decompress(codec, payload, limit))
         try:
-            return decompress(codec, payload, inline_max_bytes)
+            return len(decompress(codec, payload, inline_max_bytes))
         except TelemetryTooLargeError:
             return None
 
@@ -403,6 +420,7 @@ class TelemetryManager:
         codec: CompressionType,
         now_ms: int,
         data: bytes,
+        data_size: int,
     ) -> AcceptedPush:
         return AcceptedPush(
             # The instance's own id object: equal to the request's, and its
@@ -416,6 +434,7 @@ class TelemetryManager:
             compression_type=codec,
             received_ms=now_ms,
             data=data,
+            data_size=data_size,
             _instance=instance,
         )
 

@@ -40,6 +40,7 @@ __all__ = [
     "decode_content",
     "read_body",
     "read_prefix",
+    "sent_codec",
 ]
 
 _READ_CHUNK: Final = 64 * 1024
@@ -221,6 +222,33 @@ def _snappy_framed(body: bytes, max_bytes: int) -> bytes:
         if len(out) > max_bytes:
             raise _too_large(max_bytes)
     return bytes(out)
+
+
+#: The encodings whose body is a Kafka codec's payload as it is:
+#: ``codecs.decompress`` with that id decodes it as :data:`CONTENT_ENCODINGS` does.
+_KAFKA_CODECS: Final = {
+    "": CompressionType.NONE,
+    "identity": CompressionType.NONE,
+    "gzip": CompressionType.GZIP,
+    "x-gzip": CompressionType.GZIP,
+    "zstd": CompressionType.ZSTD,
+    "lz4": CompressionType.LZ4,
+    "snappy": CompressionType.SNAPPY,
+}
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+
+
+def sent_codec(encoding: str, body: bytes) -> CompressionType | None:
+    """The Kafka compression id under which ``body`` can be logged as sent, if any.
+
+    ``None`` for deflate and framed snappy, which KIP-714 has no id for (the
+    decoded body is logged instead). A raw snappy block that happens to start
+    like xerial framing (which ``codecs`` would read as such) is ``None`` too.
+    """
+    codec = _KAFKA_CODECS.get(encoding.strip().lower())
+    if codec is CompressionType.SNAPPY and body.startswith((_SNAPPY_STREAM_ID, _XERIAL_MAGIC)):
+        return None
+    return codec
 
 
 #: Every accepted ``Content-Encoding`` (lower case) and its bounded decoder.

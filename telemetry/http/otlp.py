@@ -74,6 +74,7 @@ from telemetry.http.content import (
     UnsupportedEncodingError,
     decode_content,
     read_body,
+    sent_codec,
 )
 from telemetry.http.identity import IdentityCache, OtlpIdentity
 from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
@@ -101,6 +102,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+#: A payload as the log takes it: its bytes, their Kafka compression id, their decoded size.
+_Logged = tuple[bytes, int, int]
 
 ROUTE: Final = "/v1/metrics"
 #: Bodies up to this size, as sent and decoded, are decoded and parsed on the event loop,
@@ -210,20 +214,31 @@ class OtlpMetricsHandler:
             return _accepted(is_json)
         now_ms = ingest.clock()
         self._refuse_if_muted(groups, user, now_ms)
-        if len(groups) == 1:
-            # Every SDK request: log the bytes as sent (the JSON form re-encoded).
-            payloads = [export.SerializeToString() if is_json else data]
+        payloads: list[_Logged]
+        codec = sent_codec(request.headers.get(hdrs.CONTENT_ENCODING, ""), body)
+        if len(groups) == 1 and not is_json and codec is not None:
+            # Every SDK request: log the body as sent, compressed as it came
+            # (the log decompresses on read), not its decoded copy.
+            payloads = [(body, codec, len(data))]
+        elif len(groups) == 1:
+            # The JSON form re-encoded, or a body in an encoding Kafka has no id for.
+            encoded = export.SerializeToString() if is_json else data
+            payloads = [(encoded, 0, len(encoded))]
         else:
             payloads = [
-                MetricsData(resource_metrics=resources).SerializeToString()
-                for resources in groups.values()
+                (encoded, 0, len(encoded))
+                for encoded in (
+                    MetricsData(resource_metrics=resources).SerializeToString()
+                    for resources in groups.values()
+                )
             ]
+        del data  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
         self._record(groups, user, payloads, len(body), loop_ns, now_ms)
         failed = await self._append(
             [
-                (_push_context(identity, user, address, port, now_ms), payload)
-                for identity, payload in zip(groups, payloads, strict=True)
+                (_push_context(identity, user, address, port, now_ms), logged)
+                for identity, logged in zip(groups, payloads, strict=True)
             ]
         )
         if not failed:
@@ -306,7 +321,7 @@ class OtlpMetricsHandler:
         self,
         groups: Collection[OtlpIdentity],
         user: str,
-        payloads: Sequence[bytes],
+        payloads: Sequence[_Logged],
         body_bytes: int,
         loop_ns: int,
         now_ms: int,
@@ -317,24 +332,24 @@ class OtlpMetricsHandler:
         request itself is accepted, as Kafka accepts an over-quota produce.
         """
         quotas = self._ingest.quotas
-        payload_bytes = sum(len(payload) for payload in payloads) or 1
-        for identity, payload in zip(groups, payloads, strict=True):
+        payload_bytes = sum(size for _, _, size in payloads) or 1
+        for identity, (_, _, size) in zip(groups, payloads, strict=True):
             quotas.finish_request(
                 _entity(user, identity),
                 loop_ns // len(groups),
                 now_ms,
-                push_bytes=body_bytes * len(payload) // payload_bytes,
+                push_bytes=body_bytes * size // payload_bytes,
             )
 
     async def _append(
-        self, records: Sequence[tuple[PushContext, bytes]]
+        self, records: Sequence[tuple[PushContext, _Logged]]
     ) -> dict[int, BaseException]:
         """Append every record and wait until each is durable; the failures by index."""
         failed: dict[int, BaseException] = {}
         pending: dict[int, asyncio.Future[None]] = {}
-        for index, (context, payload) in enumerate(records):
+        for index, (context, (payload, codec, size)) in enumerate(records):
             try:
-                _, pending[index] = self._ingest.log.append_nowait(context, payload)
+                _, pending[index] = self._ingest.log.append_nowait(context, payload, codec, size)
             except Exception as error:
                 failed[index] = error
         if pending:

@@ -3,8 +3,10 @@
 Its own segment-file format (see ``record.py`` and ``docs/architecture.md``),
 group-committed fsyncs, per-consumer committed positions that exporters resume
 from, retention by consumer position, and a disk budget that turns into
-THROTTLING_QUOTA_EXCEEDED when exporters fall behind. Depends on the standard
-library, ``crc32c``, ``exporters.api`` and ``telemetry.errors``.
+THROTTLING_QUOTA_EXCEEDED when exporters fall behind. Payloads are kept as
+the client sent them and decompressed on read. Depends on the standard
+library, ``crc32c``, ``exporters.api``, ``telemetry.core.codecs`` and
+``telemetry.errors``.
 """
 
 from __future__ import annotations

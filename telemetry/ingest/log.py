@@ -123,19 +123,36 @@ class IngestLog:
 
     # -- appending -----------------------------------------------------------
 
-    async def append(self, context: PushContext, payload: bytes) -> int:
+    async def append(
+        self,
+        context: PushContext,
+        payload: bytes,
+        compression: int = 0,
+        decompressed_size: int = -1,
+    ) -> int:
         """Append one push; return its offset once it is durable on disk.
 
-        See :meth:`append_nowait` for what can be raised.
+        See :meth:`append_nowait` for the arguments and what can be raised.
         """
-        offset, durable = self.append_nowait(context, payload)
+        offset, durable = self.append_nowait(context, payload, compression, decompressed_size)
         await durable
         return offset
 
     def append_nowait(
-        self, context: PushContext, payload: bytes
+        self,
+        context: PushContext,
+        payload: bytes,
+        compression: int = 0,
+        decompressed_size: int = -1,
     ) -> tuple[int, asyncio.Future[None]]:
         """Queue one push; return its offset and a future done once it is durable.
+
+        ``payload`` is logged as given: compressed with ``compression`` (a
+        Kafka ``CompressionType`` id, 0 for none) into ``decompressed_size``
+        bytes, which the caller has checked (-1: uncompressed, its length).
+        Readers get it decompressed. The record limit applies to the record
+        as readers get it, so a push is refused for the same size whether it
+        came compressed or not.
 
         For callers that finish their work in a callback rather than a task
         (the Kafka listener, where a task per push is measurable). The future
@@ -156,13 +173,19 @@ class IngestLog:
             raise LogFailedError(f"ingest log failed earlier: {self._failure}") from self._failure
         if self._closing:
             raise LogClosedError("ingest log is closed")
-        if len(payload) > self._max_frame:
+        size = len(payload) if decompressed_size < 0 else decompressed_size
+        if size > self._max_frame or len(payload) > self._max_frame:
             # Refused before encode_frame checksums every byte of it on the loop.
-            raise RecordTooLargeError(f"payload of {len(payload)} bytes exceeds {self._max_frame}")
+            raise RecordTooLargeError(
+                f"payload of {max(size, len(payload))} bytes exceeds {self._max_frame}"
+            )
         offset = self._next_offset
-        head, length = encode_frame(offset, context, payload)
-        if length > self._max_frame:
-            raise RecordTooLargeError(f"record of {length} bytes exceeds {self._max_frame}")
+        head, length = encode_frame(offset, context, payload, compression, decompressed_size)
+        decoded = length - len(payload) + size  # the record as readers get it
+        if length > self._max_frame or decoded > self._max_frame:
+            raise RecordTooLargeError(
+                f"record of {max(length, decoded)} bytes exceeds {self._max_frame}"
+            )
         if self._retained + self._pending_bytes + length > self._config.max_bytes:
             raise self._refuse(length)
         if self.stats.full:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from telemetry.ingest.errors import LogCorruptionError
-from telemetry.ingest.record import FrameError, decode_body
+from telemetry.ingest.record import FrameError, check_body, decode_checked_body, decoded_size
 from telemetry.ingest.segment import iter_frames
 
 if TYPE_CHECKING:
@@ -68,10 +68,15 @@ def read_records(
                 if expected < from_offset:
                     expected += 1
                     continue
-                if len(out) >= max_records or (out and used + end - start > max_bytes):
+                if len(out) >= max_records:
                     return out, Position(expected, segment.base, frame_at)
-                out.append(decode_body(buf, start, end, crc, expected))
-                used += end - start
+                check_body(buf, start, end, crc, expected)
+                # The budget counts records as returned: payloads decompressed.
+                size = decoded_size(buf, start, end)
+                if out and used + size > max_bytes:
+                    return out, Position(expected, segment.base, frame_at)
+                out.append(decode_checked_body(buf, start, end))
+                used += size
                 expected += 1
         except FrameError as exc:
             following = segments[k + 1].base if k + 1 < len(segments) else None

@@ -411,7 +411,7 @@ def test_null_or_empty_metrics_are_accepted_with_no_data(metrics: bytes | None) 
         manager, T0, first.client_instance_id, first.subscription_id, compression=4, metrics=metrics
     )
     assert isinstance(accepted, AcceptedPush)
-    assert accepted.data == b""
+    assert (accepted.data, accepted.data_size) == (b"", 0)
     assert manager.complete_push(accepted).error_code == ErrorCode.NONE
 
 
@@ -458,6 +458,7 @@ def test_accepted_push_carries_what_the_log_needs() -> None:
     first = get(manager, T0)
     payload = b"otlp metrics data"
     compressor = zstandard.ZstdCompressor().compressobj()
+    sent = compressor.compress(payload) + compressor.flush()
     accepted = validate(
         manager,
         T0 + 5,
@@ -465,7 +466,7 @@ def test_accepted_push_carries_what_the_log_needs() -> None:
         first.subscription_id,
         terminating=True,
         compression=4,
-        metrics=compressor.compress(payload) + compressor.flush(),
+        metrics=sent,
     )
     assert isinstance(accepted, AcceptedPush)
     assert accepted.client_instance_id == first.client_instance_id
@@ -476,7 +477,9 @@ def test_accepted_push_carries_what_the_log_needs() -> None:
     assert accepted.terminating
     assert accepted.compression_type is CompressionType.ZSTD
     assert accepted.received_ms == T0 + 5
-    assert accepted.data == payload
+    # The log keeps the payload as sent and decompresses on read.
+    assert accepted.data == sent
+    assert accepted.data_size == len(payload)
     # Not terminating until the append succeeds.
     assert not instance_of(manager, first.client_instance_id).terminating
 

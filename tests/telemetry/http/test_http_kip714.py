@@ -38,7 +38,7 @@ from tests.telemetry.kafka.test_kafka_listener_push import (  # noqa: F401
     test_a_refused_terminating_push_does_not_lock_the_instance,
     test_corrupt_compressed_bytes_are_an_invalid_record,
     test_decompression_bomb_is_too_large,
-    test_every_codec_is_accepted_and_logged_decompressed,
+    test_every_codec_is_logged_as_sent_and_read_back_decompressed,
     test_get_with_the_one_id_is_answered_but_pushes_are_refused,
     test_get_with_zero_id_gets_a_fresh_id_that_is_then_echoed,
     test_null_and_empty_metrics_are_accepted_and_not_logged,

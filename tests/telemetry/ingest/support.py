@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from telemetry.ingest import IngestLog, LogConfig, PushContext
+from telemetry.ingest.record import HEADER, decode_body, encode_frame
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,6 +38,22 @@ def payload(seq: int, size: int = 300) -> bytes:
     """``size`` bytes that identify ``seq``, so a swapped or damaged payload shows."""
     unit = seq.to_bytes(8, "big")
     return (unit * (size // 8 + 1))[:size]
+
+
+def encoded_frame(
+    offset: int, ctx: PushContext, stored: bytes, codec: int = 0, size: int = -1
+) -> bytes:
+    """A whole frame as the log writes it (``encode_frame``'s head, then the payload)."""
+    head, length = encode_frame(offset, ctx, stored, codec, size)
+    frame = head + stored
+    assert len(frame) == length
+    return frame
+
+
+def decoded_frame(frame: bytes, expected_offset: int) -> LoggedPush:
+    """The record a whole frame holds, checked as a reader checks it."""
+    length, crc = HEADER.unpack_from(frame)
+    return decode_body(frame, HEADER.size, HEADER.size + length, crc, expected_offset)
 
 
 def assert_matches(record: LoggedPush, seq: int, size: int = 300) -> None:

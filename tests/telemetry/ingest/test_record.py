@@ -9,25 +9,19 @@ import pytest
 from exporters.api import LoggedPush
 from telemetry.ingest import PushContext
 from telemetry.ingest import record as record_module
-from telemetry.ingest.record import HEADER, FrameError, decode_body, encode_frame
-from tests.telemetry.ingest.support import INSTANCE_ID, context, payload
-
-
-def _frame(offset: int, ctx: PushContext, body: bytes) -> bytes:
-    head, length = encode_frame(offset, ctx, body)
-    frame = head + body
-    assert len(frame) == length
-    return frame
-
-
-def _decode(frame: bytes, expected_offset: int) -> LoggedPush:
-    length, crc = HEADER.unpack_from(frame)
-    return decode_body(frame, HEADER.size, HEADER.size + length, crc, expected_offset)
+from telemetry.ingest.record import HEADER, FrameError, encode_frame
+from tests.telemetry.ingest.support import (
+    INSTANCE_ID,
+    context,
+    decoded_frame,
+    encoded_frame,
+    payload,
+)
 
 
 def test_round_trip_keeps_every_field() -> None:
     ctx = context(7, terminating=True)
-    record = _decode(_frame(42, ctx, payload(7)), 42)
+    record = decoded_frame(encoded_frame(42, ctx, payload(7)), 42)
     assert record == LoggedPush(
         offset=42,
         client_instance_id=INSTANCE_ID,
@@ -55,7 +49,7 @@ def test_round_trip_of_absent_and_empty_values() -> None:
         client_id="",
         principal="Üser:ünicode",
     )
-    record = _decode(_frame(0, ctx, b""), 0)
+    record = decoded_frame(encoded_frame(0, ctx, b""), 0)
     assert record.client_id == ""
     assert record.client_software_name is None
     assert record.client_source_address is None
@@ -67,17 +61,17 @@ def test_round_trip_of_absent_and_empty_values() -> None:
 
 
 def test_every_flipped_byte_is_detected() -> None:
-    frame = _frame(3, context(3), payload(3, 64))
+    frame = encoded_frame(3, context(3), payload(3, 64))
     for i in range(HEADER.size, len(frame)):
         damaged = bytearray(frame)
         damaged[i] ^= 0x40
         with pytest.raises(FrameError):
-            _decode(bytes(damaged), 3)
+            decoded_frame(bytes(damaged), 3)
 
 
 def test_record_in_the_wrong_place_is_detected() -> None:
     with pytest.raises(FrameError, match="offset 5, expected 6"):
-        _decode(_frame(5, context(5), payload(5)), 6)
+        decoded_frame(encoded_frame(5, context(5), payload(5)), 6)
 
 
 def test_values_that_do_not_fit_are_refused() -> None:
@@ -93,7 +87,7 @@ def test_strings_encoded_once_per_client_still_round_trip_past_the_cache_bound()
     for round_ in range(2):
         for seq in range(0, clients, 97):
             ctx = dataclasses.replace(context(seq), client_id=f"client-{seq}-é")
-            record = _decode(_frame(seq + round_, ctx, payload(seq)), seq + round_)
+            record = decoded_frame(encoded_frame(seq + round_, ctx, payload(seq)), seq + round_)
             assert record.client_id == f"client-{seq}-é"
             assert record.client_source_address == ctx.client_source_address
     for seq in range(clients):

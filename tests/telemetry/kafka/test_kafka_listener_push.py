@@ -237,7 +237,9 @@ async def test_terminating_push_is_accepted_once(server: Server) -> None:
 
 
 @pytest.mark.parametrize("codec", sorted(COMPRESSORS))
-async def test_every_codec_is_accepted_and_logged_decompressed(server: Server, codec: str) -> None:
+async def test_every_codec_is_logged_as_sent_and_read_back_decompressed(
+    server: Server, codec: str
+) -> None:
     compression, compress = COMPRESSORS[codec]
     payload = otlp_payload(f"org.apache.kafka.producer.{codec}", points=30)
     data = compress(payload)
@@ -248,6 +250,12 @@ async def test_every_codec_is_accepted_and_logged_decompressed(server: Server, c
     await client.close()
 
     assert pushed.error_code == ErrorCode.NONE
+    # On disk: the bytes as the client sent them, not the decompressed payload.
+    segments = b"".join(p.read_bytes() for p in sorted(server.log.directory.glob("*.log")))
+    assert data in segments
+    if codec not in {"none", "gzip-level0"}:
+        assert payload not in segments
+        assert len(segments) < len(payload)
     [logged] = await server.pushes()
     assert logged.payload == payload
     assert metric_names(logged.payload) == [f"org.apache.kafka.producer.{codec}"] * 30
