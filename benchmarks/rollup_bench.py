@@ -279,7 +279,11 @@ def time_spark(spark: SparkSession, lake: Lake, runs: int) -> Profile:
         stats: list[ScanStats] = []
         step("scan", steps, partial(_append_stats, stats, landing, ranges))
         rollups = plan_rollups(
-            prepare_partitioned(landing), ranges, [60, HOUR_S], max_buckets=stats[0].max_buckets
+            prepare_partitioned(landing),
+            ranges,
+            [60, HOUR_S],
+            max_buckets=stats[0].max_buckets,
+            points=landing,
         )
         try:
             for name, frame in rollups.outputs.items():

@@ -36,6 +36,7 @@ from spark_jobs.rollups import (
     top_n,
     window_label,
 )
+from spark_jobs.rollups.gauges import RANKED_MAX_WINDOW_S
 from spark_jobs.rollups.histograms import histogram_rollup_from
 from spark_jobs.rollups.sums import sum_rollup_from
 
@@ -134,6 +135,7 @@ def plan_rollups(
     top: int = 10,
     top_by: str = "p99",
     max_buckets: int | None = None,
+    points: DataFrame | None = None,
 ) -> RollupSet:
     """Every output of a run over ``ranges`` (whole windows of the largest length).
 
@@ -143,9 +145,22 @@ def plan_rollups(
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
     then ``top_clients_1h`` and ``client_health_1h``. ``max_buckets``
     (``scan_stats``) lets histograms merge without per-element lambdas.
+
+    ``points``: the same landing rows before partitioning (``prepared`` is
+    ``prepare_partitioned(points)``). Gauge windows longer than
+    ``RANKED_MAX_WINDOW_S`` read them instead: their object aggregation then
+    merges each task's points per group before its own shuffle (an hourly
+    group holds about 60 points), which moved fewer rows than shuffling
+    every point by series first (docs/rollups.md "Performance").
     """
     result = RollupSet()
     in_range = prepared.where(within("time", ranges))
+    unpartitioned = in_range if points is None else points.where(within("time", ranges))
+
+    def gauges_of(window: timedelta) -> DataFrame:
+        long = window.total_seconds() > RANKED_MAX_WINDOW_S
+        return gauge_rollup(unpartitioned if long else in_range, window)
+
     inside = within("window_start", ranges)
     ordered = sorted(windows)
     base = ordered[0]
@@ -167,7 +182,7 @@ def plan_rollups(
             histograms[seconds] = histogram_rollup(prepared, window, max_buckets=max_buckets).where(
                 inside
             )
-        gauges[seconds] = gauge_rollup(in_range, window)
+        gauges[seconds] = gauges_of(window)
         if seconds == base and keep_base:
             sums[seconds] = result.keep(sums[seconds])
             histograms[seconds] = result.keep(histograms[seconds])
@@ -181,7 +196,7 @@ def plan_rollups(
     hourly = timedelta(hours=1)
     gauges_1h = gauges.get(HOUR_S)
     if gauges_1h is None:
-        gauges_1h = result.keep(gauge_rollup(in_range, hourly))
+        gauges_1h = result.keep(gauges_of(hourly))
     sums_1h = sums.get(HOUR_S)
     if sums_1h is None:
         if HOUR_S % base == 0:

@@ -110,7 +110,13 @@ def run_rollups(
         stats = scan_stats(points, ranges)
         summary.rows_read = stats.rows
         rollups = plan_rollups(
-            prepared, ranges, windows, top=top, top_by=top_by, max_buckets=stats.max_buckets
+            prepared,
+            ranges,
+            windows,
+            top=top,
+            top_by=top_by,
+            max_buckets=stats.max_buckets,
+            points=points,
         )
         assert list(rollups.outputs) == list(outputs), "output order is the job's contract"
 

@@ -7,11 +7,15 @@ does not guarantee. Two plans compute the same numbers (measured on 2 cores,
 docs/rollups.md "Performance"):
 
 * ``ranked`` (batch, windows up to ``RANKED_MAX_WINDOW_S``): one shuffle, one
-  sort by value inside each group (a ``row_number``), then a hash aggregation
-  with fixed-width buffers that picks the two ranks around each quantile.
-  At KIP-714 push rates a 1-minute group holds about one point, where an
-  object aggregation (``collect_list``) spends most of its time falling back
-  to sort-based aggregation; this plan is about twice as fast there.
+  sort by value inside each group (a ``row_number``; the group's size and
+  latest point come from unordered window aggregates over the same sorted
+  rows, so there is no second sort by time), then an aggregation with
+  fixed-width buffers that picks the two ranks around each quantile. The
+  session (``replaceHashWithSortAgg``) streams that aggregation over the
+  sorted rows instead of hashing every group. At KIP-714 push rates a
+  1-minute group holds about one point, where an object aggregation
+  (``collect_list``) spends most of its time falling back to sort-based
+  aggregation; this plan is about twice as fast there.
 * ``collect`` (streaming, and longer windows): ``sort_array(collect_list)``
   per group. Structured Streaming has no ``row_number``; for hourly groups
   (60 points at a 1-minute push interval) the in-memory object hash
@@ -124,18 +128,22 @@ def _collected(gauges: DataFrame) -> DataFrame:
 
 
 def _ranked(gauges: DataFrame) -> DataFrame:
-    """Exact quantiles from ranks: ``_rank`` by value, ``_latest`` = 1 on the last point."""
+    """Exact quantiles from ranks: ``_rank`` by value, ``_last`` the group's latest value.
+
+    ``_last`` is the value of the greatest ``(time, push_offset, value)``, the
+    order ``last`` is defined by, taken over the whole group without ordering
+    it: one sort (by value) serves every window function.
+    """
     group = ("window", *KEY_COLUMNS)
     by_value = Window.partitionBy(*group).orderBy("value")
-    by_time = Window.partitionBy(*group).orderBy(
-        sf.col("time").desc(), sf.col("push_offset").desc(), sf.col("value").desc()
-    )
+    whole_group = Window.partitionBy(*group)
+    latest = sf.max(sf.struct("time", "push_offset", "value")).over(whole_group)
     ranked = gauges.select(
         *group,
         "value",
         (sf.row_number().over(by_value) - 1).alias("_rank"),
-        sf.count(sf.lit(1)).over(Window.partitionBy(*group)).alias("_n"),
-        sf.row_number().over(by_time).alias("_latest"),
+        sf.count(sf.lit(1)).over(whole_group).alias("_n"),
+        latest["value"].alias("_last"),
     )
     picks: list[Column] = []
     for name, q in GAUGE_QUANTILES:
@@ -144,7 +152,7 @@ def _ranked(gauges: DataFrame) -> DataFrame:
         picks.append(sf.max(sf.when(sf.col("_rank") == high, sf.col("value"))).alias(f"_hi_{name}"))
     aggregated = ranked.groupBy(*group).agg(
         *_common_aggregates(),
-        sf.max(sf.when(sf.col("_latest") == 1, sf.col("value"))).alias("last"),
+        sf.max("_last").alias("last"),
         *picks,
     )
     quantiles = []

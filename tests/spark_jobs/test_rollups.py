@@ -259,3 +259,22 @@ def test_the_full_set_is_the_same_with_generated_code_and_without(spark: SparkSe
     assert stages == [True, False]
     assert all(compiled[name] for name in ("gauges_1m", "sums_1h", "client_health_1h"))
     assert compiled == interpreted
+
+
+def test_the_full_set_is_the_same_with_the_unpartitioned_points(spark: SparkSession) -> None:
+    # Hourly gauges read the points before partitioning when the caller passes them
+    # (pipeline.plan_rollups): an aggregation before the shuffle must not change a row.
+    points = frame(spark, two_hours())
+    ranges = [(at(0), at(0, hour=6))]
+    results = []
+    prepared = prepare_partitioned(points)
+    for unpartitioned in (None, points):
+        rollups = plan_rollups(prepared, ranges, [60, 3600], points=unpartitioned)
+        results.append(
+            {name: sorted(map(tuple, out.collect()), key=repr)
+             for name, out in rollups.outputs.items()}
+        )  # fmt: skip
+        rollups.unpersist()
+    partitioned, partial = results
+    assert partitioned["gauges_1h"] and partitioned["top_clients_1h"]
+    assert partitioned == partial
