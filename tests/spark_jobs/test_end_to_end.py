@@ -7,7 +7,6 @@ subprocess, like a user would, and its rollup tables are read with pyiceberg.
 from __future__ import annotations
 
 import collections
-import json
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from confluent_kafka import Producer
 from spark_jobs.lake import Lake
 from tests.spark_jobs.lake_writer import catalog
 from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.server_support import exported_rows
 
 CONFIG = """
 [subscriptions.all]
@@ -37,11 +37,7 @@ CLIENT = "e2e-producer"
 
 
 def pushed(out: Path) -> list[dict[str, object]]:
-    path = out / "kip714.jsonl"
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    return [row for row in map(json.loads, lines) if row["client_id"] == CLIENT]
+    return [row for row in exported_rows(out / "kip714.jsonl") if row["client_id"] == CLIENT]
 
 
 def test_rollup_counts_match_what_a_real_client_pushed(tmp_path: Path) -> None:

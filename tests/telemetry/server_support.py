@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -95,3 +96,16 @@ async def push_names(
     finally:
         await client.close()
     return acknowledged
+
+
+def exported_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL exporter's file that a running server has written whole.
+
+    The exporter appends through a buffered file, so a reader polling it can
+    catch a line half written: only newline-terminated lines are rows yet.
+    """
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]

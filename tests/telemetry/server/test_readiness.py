@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -10,7 +9,14 @@ import pytest
 
 from telemetry.ingest import LogClosedError
 from tests.telemetry.ingest.support import context, payload
-from tests.telemetry.server_support import INTERVAL_MS, get, push_names, ready_is, running
+from tests.telemetry.server_support import (
+    INTERVAL_MS,
+    exported_rows,
+    get,
+    push_names,
+    ready_is,
+    running,
+)
 from tests.telemetry.tiny_fs import fill, resize, tiny_fs
 
 if TYPE_CHECKING:
@@ -34,9 +40,7 @@ def config(out: Path) -> str:
 
 
 def exported_names(out: Path) -> set[str]:
-    if not out.exists():
-        return set()
-    return {json.loads(line)["metric_name"] for line in out.read_text().splitlines() if line}
+    return {row["metric_name"] for row in exported_rows(out)}
 
 
 async def test_readyz_reports_a_log_that_ran_out_of_space_until_restarted_with_room(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import random
 import threading
 import time
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.serve_process import ServeProcess, run_clients
+from tests.telemetry.server_support import exported_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,10 +66,7 @@ def landed(landing: Path) -> list[dict[str, Any]]:
 
 
 def jsonl_rows(out: Path) -> list[dict[str, Any]]:
-    path = out / "kip714.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return exported_rows(out / "kip714.jsonl")
 
 
 def every_file_is_whole(landing: Path) -> int:
