@@ -157,7 +157,7 @@ def spark_session(
         # gauges, after their window) streams over it instead of hashing every
         # group: about one point per group there, so the hash map was all cost.
         "spark.sql.execution.replaceHashWithSortAgg": "true",
-        # HotSpot never JIT-compiles a method over 8,000 bytes of bytecode: a
+        # HotSpot does not JIT-compile a method over 8,000 bytes of bytecode: a
         # larger whole-stage method (the histogram percentiles' projection over
         # the merged buckets) ran interpreted, 40 % of that rollup's time. Spark's
         # own advice for HotSpot: at this limit it compiles the subtree in smaller

@@ -106,6 +106,12 @@ _log = logging.getLogger(__name__)
 #: A payload as the log takes it: its bytes, their Kafka compression id, their decoded size.
 _Logged = tuple[bytes, int, int]
 
+
+def _uncompressed(encoded: bytes) -> _Logged:
+    """Decoded OTLP bytes as the log takes them: codec 0, their own length."""
+    return encoded, 0, len(encoded)
+
+
 ROUTE: Final = "/v1/metrics"
 #: Bodies up to this size, as sent and decoded, are decoded and parsed on the event loop,
 #: larger ones on one worker thread.
@@ -222,15 +228,11 @@ class OtlpMetricsHandler:
             payloads = [(body, codec, len(data))]
         elif len(groups) == 1:
             # The JSON form re-encoded, or a body in an encoding Kafka has no id for.
-            encoded = export.SerializeToString() if is_json else data
-            payloads = [(encoded, 0, len(encoded))]
+            payloads = [_uncompressed(export.SerializeToString() if is_json else data)]
         else:
             payloads = [
-                (encoded, 0, len(encoded))
-                for encoded in (
-                    MetricsData(resource_metrics=resources).SerializeToString()
-                    for resources in groups.values()
-                )
+                _uncompressed(MetricsData(resource_metrics=resources).SerializeToString())
+                for resources in groups.values()
             ]
         del data  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
