@@ -20,16 +20,17 @@ DATA = Path("/work/shared/data")
 PRODUCER_PUSH = DATA / "librdkafka-2.16-producer-push.otlp.bin"
 CONSUMER_PUSH = DATA / "librdkafka-2.16-consumer-push.otlp.bin"
 
+PRODUCERS_INTERVAL_MS = 300
 #: ``kip714 serve`` configuration: producers push every 300 ms, a ``jsonl`` landing
 #: records what was logged; append the exporter under test.
-PRODUCERS_INTO_JSONL = """
+PRODUCERS_INTO_JSONL = f"""
 [subscriptions.all]
 metrics = ["org.apache.kafka.producer."]
-"interval.ms" = 300
+"interval.ms" = {PRODUCERS_INTERVAL_MS}
 [exporters.landing]
 type = "jsonl"
 [exporters.landing.options]
-path = "{out}/"
+path = "{{out}}/"
 """
 
 INSTANCE_ID = "AAAAAAAAAAAAAAAAAAAAAQ"

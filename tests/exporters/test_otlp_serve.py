@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
-from tests.exporters.support import PRODUCERS_INTO_JSONL
+from tests.exporters.support import PRODUCERS_INTERVAL_MS, PRODUCERS_INTO_JSONL
 from tests.telemetry.serve_process import ServeProcess
 from tests.telemetry.server.test_serve import rows, wait_until
+from tests.telemetry.server_support import close_between_pushes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,9 +81,9 @@ def _closed(out: Path, client_id: str) -> bool:
 
 
 def _produce_for(
-    bootstrap: str, seconds: float, client_id: str, during: Callable[[], None]
+    bootstrap: str, seconds: float, client_id: str, during: Callable[[], None], landed: Path
 ) -> None:
-    """Run an idle producer (it pushes telemetry) for ``seconds``, then close it."""
+    """Run an idle producer (it pushes telemetry) for ``seconds``, then close it between pushes."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -100,7 +101,7 @@ def _produce_for(
             during()  # librdkafka pushes from its own threads meanwhile
             during_at = float("inf")
     producer.flush(2)
-    producer.close()
+    close_between_pushes(producer.close, landed / "kip714.jsonl", client_id, PRODUCERS_INTERVAL_MS)
 
 
 def _readyz(server: ServeProcess) -> tuple[int, str]:
@@ -125,7 +126,7 @@ def test_every_push_reaches_the_second_kip714_once_and_at_least_once_across_an_o
         processes.append(sender)
 
         # Up all the time: exactly once.
-        _produce_for(sender.bootstrap, 3.0, "steady", lambda: None)
+        _produce_for(sender.bootstrap, 3.0, "steady", lambda: None, sent_out)
         assert wait_until(lambda: _closed(sent_out, "steady"))
         assert len(_sent(sent_out)) >= 5
         # Then B must get as many rows as A: each push arrived, and nothing else did.
@@ -144,7 +145,7 @@ def test_every_push_reaches_the_second_kip714_once_and_at_least_once_across_an_o
             processes.append(restarted)
             restarted.start()
 
-        _produce_for(sender.bootstrap, 14.0, "outage", outage)
+        _produce_for(sender.bootstrap, 14.0, "outage", outage, sent_out)
         assert wait_until(lambda: _closed(sent_out, "outage"))
         assert wait_until(lambda: min(_arrivals(_sent(sent_out), arrived_out).values()) >= 1, 60), (
             f"missing {list(_arrivals(_sent(sent_out), arrived_out).values()).count(0)}"
@@ -175,7 +176,7 @@ def test_pushes_logged_while_the_backend_is_down_are_sent_after_a_restart(
     config = SENDER.format(out=sent_out, endpoint=f"http://{listen}/v1/metrics")
     processes = [ServeProcess(tmp_path / "a", config).start()]
     try:
-        _produce_for(processes[0].bootstrap, 2.0, "early", lambda: None)
+        _produce_for(processes[0].bootstrap, 2.0, "early", lambda: None, sent_out)
         assert wait_until(lambda: _closed(sent_out, "early"))
         assert wait_until(lambda: "stalled" in _readyz(processes[0])[1])
         assert processes[0].stop() == 0  # shutdown is bounded although nothing was delivered

@@ -5,6 +5,9 @@ temporary configuration scraping the exporter every second; the client's
 request latency is read back through Prometheus' HTTP API and compared with
 what the client pushed (the ``jsonl`` landing beside it records that), and
 after the client's terminating push its series is gone from the next scrape.
+
+The client is closed between two pushes (``close_between_pushes``), so that
+it sends that terminating push.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
-from tests.exporters.support import PRODUCERS_INTO_JSONL
+from tests.exporters.support import PRODUCERS_INTERVAL_MS, PRODUCERS_INTO_JSONL
 from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.server_support import close_between_pushes, exported_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -160,17 +164,16 @@ def test_prometheus_reads_the_pushed_latency_and_loses_a_terminated_client(
         assert len(labels["client_instance_id"]) == 22
         assert labels["principal"] == "User:ANONYMOUS"
         value = float(found["value"][1])
+        landed = out / "kip714.jsonl"
         pushed = {
             row["value"]
-            for line in (out / "kip714.jsonl").read_text().splitlines()
-            if (row := json.loads(line))["metric_name"]
-            == "org.apache.kafka.producer.request.latency.avg"
+            for row in exported_rows(landed)
+            if row["metric_name"] == "org.apache.kafka.producer.request.latency.avg"
             and row["client_id"] == "scraped"
         }
         assert value in pushed
 
-        producer.flush(2)
-        producer.close()  # the terminating push
+        close_between_pushes(producer.close, landed, "scraped", PRODUCERS_INTERVAL_MS)
         del producer
         scrape_url = f"http://{exporter}/metrics"
         assert _wait_for(lambda: 'client_id="scraped"' not in _get(scrape_url), 20)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -109,3 +111,36 @@ def exported_rows(path: Path) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
     whole = text[: text.rfind("\n") + 1]
     return [json.loads(line) for line in whole.splitlines() if line.strip()]
+
+
+def close_between_pushes(
+    close: Callable[[], object],
+    landed: Path,
+    client_id: str,
+    interval_ms: int,
+    timeout_s: float = 10.0,
+) -> None:
+    """Close a librdkafka client while it waits for its next push, so it sends a terminating push.
+
+    librdkafka sends the terminating push only from PUSH_SCHEDULED, never
+    while a regular push is in flight (``librdkafka-client-behaviour.md``
+    §4.4), and schedules the next push ``interval_ms`` after the last
+    response. A close at a moment left to chance loses that push now and
+    then, so this closes in the middle third of an interval after a push the
+    JSONL landing ``landed`` shows. After ``timeout_s`` it closes anyway: the
+    caller's check for the terminating push then fails, with the reason.
+    """
+    low, high = interval_ms // 3, 2 * interval_ms // 3
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        received = [
+            dt.datetime.fromisoformat(row["received_time"])
+            for row in exported_rows(landed)
+            if row["client_id"] == client_id
+        ]
+        if received:
+            age_ms = (dt.datetime.now(dt.UTC) - max(received)).total_seconds() * 1000
+            if low <= age_ms <= high:
+                break
+        time.sleep(0.01)
+    close()

@@ -17,6 +17,7 @@ from telemetry.ingest.positions import FILE_NAME
 from tests.telemetry.ingest.support import SMALL, context
 from tests.telemetry.kafka_wire_client import otlp_payload
 from tests.telemetry.serve_process import ServeProcess
+from tests.telemetry.server_support import exported_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -140,10 +141,7 @@ def test_status_reports_segments_positions_lag_and_the_damaged_range(tmp_path: P
 
 
 def jsonl_offsets(out: Path) -> set[int]:
-    path = out / "kip714.jsonl"
-    if not path.exists():
-        return set()
-    return {json.loads(line)["push_offset"] for line in path.read_text().splitlines() if line}
+    return {row["push_offset"] for row in exported_rows(out / "kip714.jsonl")}
 
 
 def test_skip_moves_the_position_and_a_restarted_server_resumes_from_it(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from telemetry.errors import ErrorCode
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.serve_process import ServeProcess, run_clients
+from tests.telemetry.server_support import exported_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -35,10 +36,7 @@ path = "{out}/kip714.jsonl"
 
 
 def rows(out: Path) -> list[dict[str, Any]]:
-    path = out / "kip714.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return exported_rows(out / "kip714.jsonl")
 
 
 def fetch(server: ServeProcess, path: str) -> str:
