@@ -40,7 +40,7 @@ from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
 from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.iceberg import commits
-from exporters.iceberg.lake import lake_location, open_catalog, open_table
+from exporters.iceberg.lake import lake_location, open_catalog, open_table, split_by_kind
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
 from exporters.iceberg.resume import parquet_landing_position
@@ -217,8 +217,9 @@ class IcebergExporter(GenerationLanding):
             token = uuid.uuid4().hex[:8]
             properties = self.location.catalog_properties()
             locations = {name: table.location() for name, table in self._tables.items()}
+            by_kind = split_by_kind(self._tables[METRICS_TABLE])
             for index in range(max(1, self.workers)):
-                config = LaneConfig(index, self.node_id, locations, properties, token)
+                config = LaneConfig(index, self.node_id, locations, properties, token, by_kind)
                 lane = ProcessLane(config) if self.workers else ThreadLane(config)
                 self._lanes.append(lane)
                 await lane.start()

@@ -6,7 +6,10 @@ exactly once at every moment, whatever runs concurrently:
 
 * **Compaction** of a closed hour (its end ``compact_after_hours`` in the
   past) replaces the hour's files by their rows sorted on ``time`` in one
-  transaction (pyiceberg's overwrite with the hour as filter). The
+  transaction (pyiceberg's overwrite with the hour as filter), written under
+  the table's spec: one file per kind where the table is partitioned by
+  ``metric_type``. An hour is compacted when one of its partitions holds
+  several files, or its files were written under several specs. The
   transaction is based on the snapshot the rows were read from and asserts
   it is still current, so an append that slipped into the hour (a replay
   after an outage) makes the commit fail and the hour is read again on the
@@ -45,6 +48,7 @@ from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
     from exporters.iceberg.lake import LakeLocation
@@ -136,18 +140,29 @@ def _hour_filter(hour: int) -> str:
     return f"received_time >= '{_iso(hour)}' AND received_time < '{_iso(hour + 1)}'"
 
 
-def _files_per_hour(table: Table) -> dict[int, int]:
-    """Data files of the current snapshot, per receive hour (the partition)."""
-    counts: dict[int, int] = {}
+def _files_per_hour(table: Table) -> dict[int, list[DataFile]]:
+    """Data files of the current snapshot, per receive hour (the first partition field)."""
+    files: dict[int, list[DataFile]] = {}
     for task in table.scan().plan_files():
         hour = task.file.partition[0]
         if hour is not None:
-            counts[int(hour)] = counts.get(int(hour), 0) + 1
-    return counts
+            files.setdefault(int(hour), []).append(task.file)
+    return files
+
+
+def _fragmented(files: list[DataFile]) -> bool:
+    """Whether an hour's files are more than one per partition (spec and partition values)."""
+    partitions = {
+        (f.spec_id, tuple(f.partition[i] for i in range(len(f.partition)))) for f in files
+    }
+    specs = {spec for spec, _ in partitions}
+    return len(files) > len(partitions) or len(specs) > 1
 
 
 def compact_hour(table: Table, hour: int) -> int:
-    """Rewrite one receive hour's files as one sorted file, in one transaction; files replaced.
+    """Rewrite one receive hour's files sorted, one per partition, in one transaction.
+
+    Returns the number of files replaced (0: the hour was not fragmented).
 
     Raises:
         CommitFailedException, ValidationException: The table changed since
@@ -155,9 +170,11 @@ def compact_hour(table: Table, hour: int) -> int:
     """
     row_filter = _hour_filter(hour)
     files = [
-        t for t in table.scan(row_filter=row_filter).plan_files() if t.file.partition[0] == hour
+        t.file
+        for t in table.scan(row_filter=row_filter).plan_files()
+        if t.file.partition[0] == hour
     ]
-    if len(files) <= 1:
+    if not _fragmented(files):
         return 0
     rows = table.scan(row_filter=row_filter).to_arrow()
     sort_column = "time" if "time" in rows.column_names else "received_time"
@@ -174,8 +191,8 @@ def compact_hour(table: Table, hour: int) -> int:
 def compact(table: Table, after_hours: int, now_ms: int, stats: MaintenanceStats) -> Table:
     """Compact every closed hour (ended ``after_hours`` before ``now_ms``) with several files."""
     newest_closed = now_ms // MS_PER_HOUR - 1 - after_hours
-    for hour, count in sorted(_files_per_hour(table).items()):
-        if hour > newest_closed or count <= 1:
+    for hour, files in sorted(_files_per_hour(table).items()):
+        if hour > newest_closed or not _fragmented(files):
             continue
         try:
             replaced = compact_hour(table, hour)

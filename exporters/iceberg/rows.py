@@ -2,7 +2,8 @@
 
 A ``LakeRows`` flattens batches (``exporters.parquet.flatten``, the Parquet
 landing's vectorised flattener), turns them into lake rows (``schema``) and
-streams them into one open data file per table and receive hour, in the
+streams them into one open data file per table and receive hour (and, in a
+``metrics`` table partitioned by kind, per ``metric_type``), in the
 table's ``data/`` directory through pyiceberg's FileIO (local disk or S3);
 ``write`` closes the files and reports them, and the exporter commits them.
 It runs in a worker process (``worker.py``) or, with ``workers = 0``, in a
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.io import load_file_io
 
 from exporters.iceberg.schema import (
@@ -59,6 +61,7 @@ class LaneConfig:
     locations: Mapping[str, str]  # table name -> table location (file://… or s3://…)
     io_properties: Mapping[str, str]
     token: str  # unique per exporter start, so data file names never collide
+    by_kind: bool = False  # the metrics table's spec partitions by metric_type (lake.split_by_kind)
 
 
 @dataclass(slots=True)
@@ -80,13 +83,16 @@ class WrittenFile:
     rows: int
 
 
-def write_data_file(io: FileIO, table_location: str, rows: pa.Table, hour: int, name: str) -> str:
-    """Write ``rows`` (one receive hour) as a Parquet data file under ``table_location``.
+def write_data_file(
+    io: FileIO, table_location: str, rows: pa.Table, hour: int, name: str, kind: str | None = None
+) -> str:
+    """Write ``rows`` (one receive hour, one ``kind`` if given) as a Parquet data file.
 
-    Written with the Parquet landing's encodings (``landing_writer``). The
-    file carries no field ids; the table's name mapping resolves its columns.
+    Written with the Parquet landing's encodings (``landing_writer``) under
+    ``table_location``. The file carries no field ids; the table's name
+    mapping resolves its columns.
     """
-    location = data_file_location(table_location, hour, name)
+    location = data_file_location(table_location, hour, name, kind)
     with io.new_output(location).create(overwrite=True) as stream:
         writer = landing_writer(stream, rows.schema, None)
         writer.write_table(rows)
@@ -94,24 +100,45 @@ def write_data_file(io: FileIO, table_location: str, rows: pa.Table, hour: int, 
     return location
 
 
-def data_file_location(table_location: str, hour: int, name: str) -> str:
-    """Where a data file of one receive hour goes: ``<table>/data/received_time_hour=…/``."""
+def data_file_location(table_location: str, hour: int, name: str, kind: str | None = None) -> str:
+    """Where a data file goes: ``<table>/data/received_time_hour=…/[metric_type=…/]``.
+
+    The path only follows Iceberg's convention for people browsing the
+    warehouse; readers take the partition from the table's metadata.
+    """
     stamp = time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
-    return f"{table_location}/data/received_time_hour={stamp}/{name}.parquet"
+    directory = f"{table_location}/data/received_time_hour={stamp}"
+    if kind is not None:
+        directory += f"/metric_type={kind}"
+    return f"{directory}/{name}.parquet"
+
+
+def split_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+    """``rows`` cut into one piece per ``metric_type``, in name order.
+
+    A push usually carries two or three kinds, so this is a few filters
+    over the batch; a batch of one kind is returned whole, uncopied.
+    """
+    kinds = rows.column("metric_type")
+    present = sorted(pc.unique(kinds).to_pylist())
+    if len(present) == 1:
+        return [(present[0], rows)]
+    return [(kind, rows.filter(pc.equal(kinds, kind))) for kind in present]
 
 
 @dataclass(slots=True)
 class LakeRows:
     """One lane's rows of the current generation, streamed into open data files.
 
-    Rows are appended to one open Parquet file per table and receive hour and
-    written out as a row group every ``row_group_rows`` rows, so memory stays
-    bounded by a row group per open file however long the generation is.
+    Rows are appended to one open Parquet file per table, receive hour and
+    (``LaneConfig.by_kind``) kind, and written out as a row group every
+    ``row_group_rows`` rows, so memory stays bounded by a row group per open
+    file however long the generation is.
     """
 
     config: LaneConfig
     row_group_rows: int = ROW_GROUP_ROWS
-    files: dict[tuple[str, int], OpenFile] = field(default_factory=dict)
+    files: dict[tuple[str, int, str], OpenFile] = field(default_factory=dict)
     streams: dict[str, Any] = field(default_factory=dict)  # location -> its output stream
     rows: int = 0
     written: int = 0
@@ -172,22 +199,26 @@ class LakeRows:
         if not table.num_rows:
             return
         self.rows += table.num_rows
+        by_kind = self.config.by_kind and name == METRICS_TABLE
         for hour, part in split_by_hour(table, hours_of(table.column("received_time"))):
-            key = (name, hour)
-            open_file = self.files.get(key)
-            if open_file is None:
-                open_file = self.files[key] = self._open(name, hour, part.schema)
-            open_file.pending.append(part)
-            open_file.pending_rows += part.num_rows
-            if open_file.pending_rows >= self.row_group_rows:
-                write_pending(open_file)
+            pieces = split_by_kind(part) if by_kind else [("", part)]
+            for kind, piece in pieces:
+                key = (name, hour, kind)
+                open_file = self.files.get(key)
+                if open_file is None:
+                    open_file = self.files[key] = self._open(name, hour, kind, piece.schema)
+                open_file.pending.append(piece)
+                open_file.pending_rows += piece.num_rows
+                if open_file.pending_rows >= self.row_group_rows:
+                    write_pending(open_file)
 
-    def _open(self, name: str, hour: int, schema: pa.Schema) -> OpenFile:
+    def _open(self, name: str, hour: int, kind: str, schema: pa.Schema) -> OpenFile:
         self.written += 1
         location = data_file_location(
             self.config.locations[name],
             hour,
             f"{self.config.node_id}-{self.config.token}-l{self.config.lane_id}-{self.written}",
+            kind or None,
         )
         stream = self.streams[location] = self.io.new_output(location).create(overwrite=True)
         return OpenFile(name, hour, 0, location, landing_writer(stream, schema, None))

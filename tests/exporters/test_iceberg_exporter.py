@@ -65,15 +65,21 @@ def test_the_schema_contract_columns_types_partitioning_and_sort(tmp_path: Path)
     assert (
         types["exp_positive_bucket_counts"] == types["exp_negative_bucket_counts"] == "list<long>"
     )
-    (partition,) = table.spec().fields
-    assert str(partition.transform) == "hour"
-    assert schema.find_field(partition.source_id).name == "received_time"
+    hour, kind = table.spec().fields
+    assert str(hour.transform) == "hour"
+    assert schema.find_field(hour.source_id).name == "received_time"
+    assert str(kind.transform) == "identity"
+    assert schema.find_field(kind.source_id).name == "metric_type"
     (order,) = table.sort_order().fields
     assert schema.find_field(order.source_id).name == "time"
     rows = scan(exporter)
     assert rows.num_rows == exporter.stats.rows_landed > 0
     assert set(rows.column("ingest_node").to_pylist()) == {exporter.node_id}
     assert (tmp_path / "node_id").read_text().strip() == exporter.node_id
+    # A scan of one kind plans only that kind's files: the other kinds are never opened.
+    sums = list(table.scan(row_filter="metric_type = 'sum'").plan_files())
+    assert [t.file.partition[1] for t in sums] == ["sum"]
+    assert len(list(table.scan().plan_files())) == len(set(rows.column("metric_type").to_pylist()))
 
 
 def test_node_id_is_decoded_from_the_attributes_once(tmp_path: Path) -> None:
@@ -260,6 +266,8 @@ def test_the_server_runs_maintenance_on_its_schedule(tmp_path: Path) -> None:
 
     exporter = asyncio.run(serve())
     table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
-    assert len(list(table.scan().plan_files())) == 1
-    assert sorted(set(scan(exporter).column("push_offset").to_pylist())) == [0, 1, 2]
+    rows = scan(exporter)
+    # Compacted: one file per kind (its partition) in the hour.
+    assert len(list(table.scan().plan_files())) == len(set(rows.column("metric_type").to_pylist()))
+    assert sorted(set(rows.column("push_offset").to_pylist())) == [0, 1, 2]
     assert IcebergExporter({"path": str(tmp_path)}).maintenance_stats is None  # none configured

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.transforms import HourTransform
 
 from exporters.iceberg import IcebergExporter, commits
 from exporters.iceberg.lake import open_catalog
@@ -25,6 +26,7 @@ from exporters.iceberg.maintenance import (
     retain,
 )
 from exporters.iceberg.rows import write_data_file
+from exporters.iceberg.schema import lake_metrics_schema
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, push
 
 if TYPE_CHECKING:
@@ -51,6 +53,11 @@ def _rows(table: Table) -> collections.Counter[tuple[Any, ...]]:
     columns = ("push_offset", "metric_name", "time", "value", "attributes")
     rows = table.refresh().scan(selected_fields=columns).to_arrow().to_pylist()
     return collections.Counter(_key(r) for r in rows)
+
+
+def _kinds_in(table: Table, path: str) -> set[str]:
+    with table.io.new_input(path).open() as stream:
+        return set(pq.read_table(stream, columns=["metric_type"]).column(0).to_pylist())
 
 
 async def _fill(path: Path, now_ms: int) -> IcebergExporter:
@@ -90,7 +97,12 @@ def test_compaction_expiry_and_retention_never_show_a_row_twice_or_miss_one(
         }
     )
     assert sum(full.values()) == exporter.stats.rows_landed > 0
-    assert len(list(table.scan().plan_files())) == len(HOURS_BACK) * GENERATIONS_PER_HOUR
+    kinds = set(table.scan(selected_fields=("metric_type",)).to_arrow()["metric_type"].to_pylist())
+    assert kinds == {"gauge", "sum"}  # what the recorded librdkafka pushes carry
+    landed = list(table.scan().plan_files())
+    assert len(landed) == len(HOURS_BACK) * GENERATIONS_PER_HOUR * len(kinds)
+    for task in landed:  # one kind per file: its partition value
+        assert _kinds_in(table, task.file.file_path) == {task.file.partition[1]}
 
     seen: list[str] = []
     scans = 0
@@ -111,7 +123,9 @@ def test_compaction_expiry_and_retention_never_show_a_row_twice_or_miss_one(
         stats = MaintenanceStats()
         table = compact(table, 1, now_ms, stats)
         assert stats.hours_compacted == len(HOURS_BACK)
-        assert stats.files_compacted == len(HOURS_BACK) * GENERATIONS_PER_HOUR
+        assert stats.files_compacted == len(HOURS_BACK) * GENERATIONS_PER_HOUR * len(kinds)
+        table = compact(table.refresh(), 1, now_ms, stats)  # one file per partition: done
+        assert stats.hours_compacted == len(HOURS_BACK)
         table = table.refresh()
         assert retain(table, HOURS_BACK[0] - 1, now_ms) == 1
         table = table.refresh()
@@ -126,12 +140,13 @@ def test_compaction_expiry_and_retention_never_show_a_row_twice_or_miss_one(
     table = table.refresh()
     assert _rows(table) == kept
     files = list(table.scan().plan_files())
-    assert len(files) == len(HOURS_BACK) - 1  # one sorted file per remaining hour
+    assert len(files) == (len(HOURS_BACK) - 1) * len(kinds)  # one sorted file per partition
     assert oldest not in {t.file.partition[0] for t in files}
     for task in files:
         with table.io.new_input(task.file.file_path).open() as stream:
             column = pq.read_table(stream, columns=["time"]).column("time")
         assert column.to_pylist() == sorted(column.to_pylist())
+        assert _kinds_in(table, task.file.file_path) == {task.file.partition[1]}
     # The node's newest append is kept by expiry: it says where the node resumes.
     position = commits.committed_position(table, exporter.node_id)
     assert position is not None
@@ -187,3 +202,28 @@ def test_compaction_raced_by_an_append_into_its_hour_changes_nothing(tmp_path: P
     table = compact(catalog.load_table(("kip714", "metrics")), 1, now_ms, stats)
     assert stats.hours_compacted == len(HOURS_BACK)
     assert _rows(table) == before
+
+
+def test_a_table_partitioned_by_hour_only_keeps_its_spec_and_is_compacted_by_hour(
+    tmp_path: Path,
+) -> None:
+    """A table an earlier version created (hour only) is written and compacted as it is."""
+    location = IcebergExporter({"path": str(tmp_path)}).location
+    catalog = open_catalog(location)
+    old = catalog.create_table(("kip714", "metrics"), schema=lake_metrics_schema())
+    with old.update_spec() as spec:
+        spec.add_field("received_time", HourTransform(), "received_time_hour")
+    now_ms = int(time.time() * 1000)
+    exporter = asyncio.run(_fill(tmp_path, now_ms))
+    table = catalog.load_table(("kip714", "metrics"))
+    assert [f.name for f in table.spec().fields] == ["received_time_hour"]
+    landed = list(table.scan().plan_files())
+    assert len(landed) == len(HOURS_BACK) * GENERATIONS_PER_HOUR  # kinds share a file
+    assert all(_kinds_in(table, t.file.file_path) == {"gauge", "sum"} for t in landed)
+    full = _rows(table)
+    assert sum(full.values()) == exporter.stats.rows_landed > 0
+    stats = MaintenanceStats()
+    table = compact(table, 1, now_ms, stats)
+    assert stats.files_compacted == len(landed)
+    assert len(list(table.refresh().scan().plan_files())) == len(HOURS_BACK)
+    assert _rows(table) == full

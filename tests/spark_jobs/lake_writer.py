@@ -5,9 +5,9 @@ landing writer's own, ``exporters.iceberg.schema``): catalog ``kip714``
 (SQL catalog on SQLite), table ``<namespace>.metrics`` with today's landing
 columns in today's order, times as ``timestamptz`` (µs), unsigned counts as
 ``long``, then ``node_id`` (decoded from the attributes) and ``ingest_node``;
-partitioned by ``hour(received_time)``. The tests and the benchmark write
-through this module only, so the integrator can point it at the landing's
-own writer.
+created by the landing's own ``open_table``, so partitioned as the landing
+partitions it (``hour(received_time)``, then ``metric_type``). The tests and
+the benchmark write through this module only.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.table import Table
-from pyiceberg.transforms import HourTransform
 
+from exporters.iceberg.lake import open_table
 from exporters.iceberg.schema import lake_metrics_schema
 from spark_jobs.lake import CATALOG_NAME, LANDING_TABLE, Lake
 
@@ -42,19 +42,11 @@ def catalog(lake: Lake) -> SqlCatalog:
 
 
 def landing_table(lake: Lake) -> Table:
-    """The landing table, created (partitioned by ``hour(received_time)``) if absent."""
+    """The landing table, created as the landing creates it if absent."""
     cat = catalog(lake)
-    identifier = f"{lake.namespace}.{LANDING_TABLE}"
-    try:
-        return cat.load_table(identifier)
-    except NoSuchTableError:
-        pass
     with contextlib.suppress(NamespaceAlreadyExistsError):
         cat.create_namespace(lake.namespace)
-    table = cat.create_table(identifier, schema=landing_arrow_schema())
-    with table.update_spec() as spec:
-        spec.add_field("received_time", HourTransform(), "received_time_hour")
-    return table
+    return open_table(cat, lake.namespace, LANDING_TABLE)
 
 
 def decoded_node_id(attributes: Mapping[str, str] | None) -> str | None:
