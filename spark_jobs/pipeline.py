@@ -36,7 +36,7 @@ from spark_jobs.rollups import (
     top_n,
     window_label,
 )
-from spark_jobs.rollups.gauges import RANKED_MAX_WINDOW_S
+from spark_jobs.rollups.gauges import SORTED_MAX_WINDOW_S
 from spark_jobs.rollups.histograms import histogram_rollup_from
 from spark_jobs.rollups.sums import sum_rollup_from
 
@@ -148,7 +148,7 @@ def plan_rollups(
 
     ``points``: the same landing rows before partitioning (``prepared`` is
     ``prepare_partitioned(points)``). Gauge windows longer than
-    ``RANKED_MAX_WINDOW_S`` read them instead: their object aggregation then
+    ``SORTED_MAX_WINDOW_S`` read them instead: their object aggregation then
     merges each task's points per group before its own shuffle (an hourly
     group holds about 60 points), which moved fewer rows than shuffling
     every point by series first (docs/rollups.md "Performance").
@@ -158,7 +158,7 @@ def plan_rollups(
     unpartitioned = in_range if points is None else points.where(within("time", ranges))
 
     def gauges_of(window: timedelta) -> DataFrame:
-        long = window.total_seconds() > RANKED_MAX_WINDOW_S
+        long = window.total_seconds() > SORTED_MAX_WINDOW_S
         return gauge_rollup(unpartitioned if long else in_range, window)
 
     inside = within("window_start", ranges)

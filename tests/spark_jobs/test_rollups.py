@@ -48,11 +48,11 @@ def test_gauges_normalise_node_id_skip_empty_windows_and_break_ties(spark: Spark
             (at(2), at(3), "m", *CLIENT, None, 3, 5.0, 7.0, 6.0, 7.0, 6.0, 6.9, 6.98),
         ],
     )
-    # The batch (ranked) and streaming (collect) plans give the very same numbers.
+    # The batch (sorted) and streaming (collect) plans give the very same numbers.
     assert_rows(
         spark,
         gauge_rollup(points, "1m", method="collect"),
-        [tuple(row) for row in gauge_rollup(points, "1m", method="ranked").collect()],
+        [tuple(row) for row in gauge_rollup(points, "1m", method="sorted").collect()],
     )
 
 
