@@ -204,7 +204,7 @@ def test_compaction_raced_by_an_append_into_its_hour_changes_nothing(tmp_path: P
     assert _rows(table) == before
 
 
-def test_a_table_partitioned_by_hour_only_keeps_its_spec_and_is_compacted_by_hour(
+def test_a_table_partitioned_by_hour_only_keeps_its_spec_until_moved_over(
     tmp_path: Path,
 ) -> None:
     """A table an earlier version created (hour only) is written and compacted as it is."""
@@ -227,3 +227,32 @@ def test_a_table_partitioned_by_hour_only_keeps_its_spec_and_is_compacted_by_hou
     assert stats.files_compacted == len(landed)
     assert len(list(table.refresh().scan().plan_files())) == len(HOURS_BACK)
     assert _rows(table) == full
+
+    # Moved over (what Spark's ALTER TABLE ... ADD PARTITION FIELD does), then restarted:
+    # new files hold one kind, and compaction rewrites the hour of two specs under the new one.
+    with table.refresh().update_spec() as spec:
+        spec.add_identity("metric_type")
+    hour = now_ms // MS_PER_HOUR - HOURS_BACK[0]
+    late = [
+        push(PRODUCER_PUSH.read_bytes(), offset=10_000 + i, received_time_ms=hour * MS_PER_HOUR + i)
+        for i in range(3)
+    ]
+
+    async def append_late() -> int:
+        restarted = IcebergExporter({"path": str(tmp_path)})
+        restarted.bind_log("log-1")
+        await restarted.start()
+        await restarted.export(late)
+        await restarted.close()
+        return restarted.stats.rows_landed
+
+    added = asyncio.run(append_late())
+    table = table.refresh()
+    in_hour = [t.file for t in table.scan().plan_files() if t.file.partition[0] == hour]
+    assert sorted(len(f.partition) for f in in_hour) == [1, 2, 2]  # the old file, a file per kind
+    stats = MaintenanceStats()
+    table = compact(table, 1, now_ms, stats)
+    assert stats.hours_compacted == 1
+    in_hour = [t.file for t in table.refresh().scan().plan_files() if t.file.partition[0] == hour]
+    assert sorted(f.partition[1] for f in in_hour) == ["gauge", "sum"]
+    assert sum(_rows(table).values()) == sum(full.values()) + added
