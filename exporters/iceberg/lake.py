@@ -13,8 +13,8 @@ Tables are created on first start with their partition spec and sort order:
 * then, for ``metrics``, ``metric_type`` (identity): every rollup reads one
   kind of point (gauges, sums, histograms), and with the kinds in separate
   files a scan of one kind skips the others' files at planning instead of
-  decoding and filtering their rows (the Spark rollups at 10M points took
-  36.5-38.1 s against 43.8 s hour-partitioned, docs/rollups.md);
+  decoding and filtering their rows (4-7 s of the Spark rollups' 40-45 s
+  at 10M points, docs/rollups.md "Round 5");
 * sort order ``time``: compaction writes files sorted on it, so filters on a
   data point's own time prune through the file statistics.
 
