@@ -113,7 +113,7 @@ def data_file_location(table_location: str, hour: int, name: str, kind: str | No
     return f"{directory}/{name}.parquet"
 
 
-def split_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+def pieces_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     """``rows`` cut into one piece per ``metric_type``, in name order.
 
     A push usually carries two or three kinds, so this is a few filters
@@ -201,7 +201,7 @@ class LakeRows:
         self.rows += table.num_rows
         by_kind = self.config.by_kind and name == METRICS_TABLE
         for hour, part in split_by_hour(table, hours_of(table.column("received_time"))):
-            pieces = split_by_kind(part) if by_kind else [("", part)]
+            pieces = pieces_by_kind(part) if by_kind else [("", part)]
             for kind, piece in pieces:
                 key = (name, hour, kind)
                 open_file = self.files.get(key)
