@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -197,3 +198,22 @@ async def test_oversized_record_is_refused(tmp_path: Path) -> None:
         await log.append(context(0), payload(0, SMALL.max_record_bytes))
     assert await log.append(context(0), payload(0)) == 0
     await log.close()
+
+
+async def test_the_payload_reaches_writev_as_the_object_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/architecture.md: the payload is never copied before the write."""
+    written: list[int] = []
+    real_writev = os.writev
+
+    def recording_writev(fd: int, buffers: list[bytes]) -> int:
+        written.extend(id(b) for b in buffers)
+        return real_writev(fd, buffers)
+
+    monkeypatch.setattr(os, "writev", recording_writev)  # the writer calls os.writev
+    log = await IngestLog.open(tmp_path)
+    data = payload(7)
+    assert await log.append(context(7), data) == 0
+    await log.close()
+    assert id(data) in written  # the very bytes object, not a copy joined with the head
