@@ -9,8 +9,11 @@ encoder). For each size, in one run on the same machine:
 1. **ceiling**: an aiohttp server whose handler reads the body and answers an
    empty ``ExportMetricsServiceResponse``, under closed-loop load
    (``--concurrency`` requests in flight);
-2. **kip714**: ``kip714 serve`` (a subprocess; durable ingest log, Parquet
-   landing on, its default exporter) under the same load;
+2. **kip714**: ``kip714 serve`` (a subprocess; durable ingest log, the
+   Iceberg landing on, its default exporter) under the same load; with
+   ``--exporters none`` the acknowledgement path alone, as ``ack_bench``
+   measures the Kafka door (the landing's workers otherwise take their
+   share of the same two cores);
 3. **kip714 at half**: requests offered at half of kip714's closed-loop
    rate whatever the latency (latency counts from the intended send time).
 
@@ -20,6 +23,7 @@ average. Targets: kip714 >= 50% of the ceiling; p99 < 20 ms at half rate.
 
     python3 benchmarks/otlp_http_bench.py            # about 1 minute
     python3 benchmarks/otlp_http_bench.py --quick    # smoke run
+    python3 benchmarks/otlp_http_bench.py --exporters none  # no landing beside
     python3 benchmarks/otlp_http_bench.py --flatten  # the landing's flattening alone
 
 ``--flatten`` measures what the default landing's worker does per request
@@ -409,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     parser.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
     parser.add_argument(
+        "--exporters",
+        choices=("default", "none"),
+        default="default",
+        help="the server's exporters: its default (the Iceberg landing) or none",
+    )
+    parser.add_argument(
         "--flatten",
         action="store_true",
         help="only the landing's flattening per request, in this process (no servers)",
@@ -428,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.2f}")
         return 0 if flatten_costs(bodies) else 1
     load_before = os.getloadavg()
-    print(f"cores: {os.cpu_count()}, load average before: {load_before[0]:.2f}")
+    print(
+        f"cores: {os.cpu_count()}, load average before: {load_before[0]:.2f};"
+        f" exporters: {args.exporters}"
+    )
     noop, noop_port = start_noop()
     ok = True
     with tempfile.TemporaryDirectory(prefix="kip714-otlp-bench-") as workdir:
@@ -437,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             profile_to.parent.mkdir(parents=True, exist_ok=True)
             profile_to.unlink(missing_ok=True)
         server = Kip714Server(
-            Path(workdir), cache_size=16_384, exporters="default", profile_to=profile_to
+            Path(workdir), cache_size=16_384, exporters=args.exporters, profile_to=profile_to
         )
         try:
             server.start()
@@ -448,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
             noop.terminate()
             noop.join(timeout=10)
-        print(f"\nlanded rows (Iceberg, after SIGTERM): {landed_rows(Path(workdir) / 'data'):,}")
+        if args.exporters == "default":
+            landed = landed_rows(Path(workdir) / "data")
+            print(f"\nlanded rows (Iceberg, after SIGTERM): {landed:,}")
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
     return 0 if ok else 1

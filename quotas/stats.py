@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Protocol
 
 from quotas.config import MAX_EVENT_WINDOW, MetricConfig, TimeUnit
 
@@ -36,7 +36,6 @@ _PLAIN_SUM = sys.version_info < (3, 12)
 _NO_RING: array[float] = array("d")
 
 
-@runtime_checkable
 class MeasurableStat(Protocol):
     """What a sensor can record into and a metric can measure."""
 
@@ -90,13 +89,6 @@ class SampledStat:
 
     __slots__ = ("_current", "_initial_value", "_ring")
 
-    #: Whether ``update`` is plain addition, which ``record`` then does inline.
-    _adds: ClassVar[bool] = False
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._adds = cls.update is _add
-
     def __init__(self, initial_value: float) -> None:
         self._initial_value = initial_value
         self._current = 0
@@ -127,10 +119,7 @@ class SampledStat:
             # A clock gone back before the current window's start: the floor
             # is at most that start, so only then can it be above `now_ms`.
             ring[_LAST_FLOOR] = now_ms
-        if self._adds:
-            ring[at] += value
-        else:
-            ring[at] = self.update(ring[at], value)
+        ring[at] = self.update(ring[at], value)
         ring[at + 1] += 1.0
         ring[at + 3] = now_ms
 
@@ -230,11 +219,6 @@ class SampledStat:
         return f"{type(self).__name__}(current={self._current}, samples={self.samples})"
 
 
-def _add(self: SampledStat, current: float, value: float) -> float:
-    """``update`` of the stats that sum what they record."""
-    return current + value
-
-
 def _slots(ring: array[float]) -> int:
     return (len(ring) - _HEADER) // _FIELDS if ring else 0
 
@@ -256,7 +240,8 @@ class WindowedSum(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    update = _add
+    def update(self, current: float, value: float) -> float:
+        return current + value
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         # Left-to-right double addition, as Kafka's loop: deterministic to the
@@ -284,7 +269,8 @@ class Avg(SampledStat):
     def __init__(self) -> None:
         super().__init__(0.0)
 
-    update = _add
+    def update(self, current: float, value: float) -> float:
+        return current + value
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         total = 0.0

@@ -42,8 +42,9 @@ from telemetry.kafka.apis import KafkaApis
 from telemetry.kafka.connection import ConnectionState, KafkaConnection, PendingResponse
 
 if TYPE_CHECKING:
+    import socket
     import ssl
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from telemetry.core.manager import TelemetryManager
     from telemetry.ingress import PushLog
@@ -163,7 +164,10 @@ class KafkaListener:
             ssl=self.ssl_context,
             start_serving=serve,
         )
-        sockname = self._server.sockets[0].getsockname()
+        # uvloop's servers hand a list where typeshed says tuple, and compiled
+        # code checks a declared tuple: read it untyped.
+        sockets: Sequence[socket.socket] = getattr(self._server, "sockets")  # noqa: B009
+        sockname = sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
         self._sweeper = asyncio.create_task(self._sweep(), name="kafka-listener-sweep")
         return self._bound

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from telemetry.ingest import IngestLog
 from telemetry.server.exporter_host import FAILING_AFTER, ExporterHost
@@ -75,21 +75,33 @@ async def test_durable_offset_errors_are_logged_once_retried_and_reported_until_
     assert any("exporter rec recovered" in r.getMessage() for r in caplog.records)
 
 
+class _FailingCommits:
+    """The log, its first commits past offset 0 failing as a full disk fails them.
+
+    A wrapper, not a patched method: ``IngestLog`` is compiled (setup.py),
+    so its methods cannot be replaced on an instance.
+    """
+
+    def __init__(self, log: IngestLog, failures: int) -> None:
+        self._log = log
+        self.left = failures
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._log, name)
+
+    async def commit(self, consumer: str, next_offset: int) -> None:
+        if self.left > 0 and next_offset > 0:
+            self.left -= 1
+            raise OSError(28, "No space left on device")
+        await self._log.commit(consumer, next_offset)
+
+
 async def test_commit_errors_do_not_end_the_host_task(tmp_path: Path) -> None:
     log = await IngestLog.open(tmp_path, SMALL)
     await append(log, range(3))
     recorder = Recorder()
-    host = ExporterHost(settings(), recorder, log)
-    real_commit = log.commit
-    failures = {"left": 4}
-
-    async def failing_commit(consumer: str, next_offset: int) -> None:
-        if failures["left"] > 0 and next_offset > 0:
-            failures["left"] -= 1
-            raise OSError(28, "No space left on device")
-        await real_commit(consumer, next_offset)
-
-    log.commit = failing_commit  # type: ignore[method-assign]
+    failing = _FailingCommits(log, 4)
+    host = ExporterHost(settings(), recorder, cast("IngestLog", failing))
     await host.start()
     try:
         await until(lambda: host.committed == 3)
