@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.machinery
 import os
@@ -33,3 +34,21 @@ def test_a_source_edited_after_the_build_is_reported(tmp_path: Path) -> None:
     later = edited.stat().st_mtime + 10
     os.utime(edited, (later, later))
     assert stale_extensions(tmp_path) == [str(edited.relative_to(tmp_path))]
+
+
+def test_no_compiled_function_reuses_an_except_name_for_another_type() -> None:
+    """mypyc gives a name one type per function: a later ``except B as e`` raises TypeError."""
+    reused = []
+    for source in compiled_sources():
+        tree = ast.parse(source.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            types: dict[str, set[str]] = {}
+            for node in ast.walk(function):
+                if isinstance(node, ast.ExceptHandler) and node.name and node.type:
+                    types.setdefault(node.name, set()).add(ast.unparse(node.type))
+            reused += [
+                f"{source.name}:{function.name}:{name}" for name, t in types.items() if len(t) > 1
+            ]
+    assert reused == []

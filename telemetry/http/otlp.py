@@ -375,8 +375,10 @@ def _parse(data: bytes, is_json: bool) -> ExportMetricsServiceRequest:
     else:
         try:
             export.ParseFromString(data)
-        except Exception as error:  # upb raises DecodeError, deep nesting included
-            raise _RefusedError(400, _INVALID_ARGUMENT, f"invalid OTLP protobuf: {error}") from None
+        except Exception as undecodable:  # upb raises DecodeError, deep nesting included
+            # One name per except clause: compiled code types each by its first use.
+            message = f"invalid OTLP protobuf: {undecodable}"
+            raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
     return export
 
 
@@ -394,12 +396,13 @@ async def _read(request: web.Request, max_bytes: int) -> bytes:
 def _decode(encoding: str, body: bytes, max_decompressed: int) -> bytes:
     try:
         return decode_content(encoding, body, max_decompressed)
-    except UnsupportedEncodingError as error:
-        raise _RefusedError(415, _UNIMPLEMENTED, str(error)) from None
-    except TelemetryTooLargeError as error:
-        raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
-    except InvalidRecordError as error:
-        raise _RefusedError(400, _INVALID_ARGUMENT, str(error)) from None
+    # One name per except clause: compiled code types each by its first use.
+    except UnsupportedEncodingError as unsupported:
+        raise _RefusedError(415, _UNIMPLEMENTED, str(unsupported)) from None
+    except TelemetryTooLargeError as too_large:
+        raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(too_large)) from None
+    except InvalidRecordError as invalid:
+        raise _RefusedError(400, _INVALID_ARGUMENT, str(invalid)) from None
 
 
 def _decode_and_parse(
