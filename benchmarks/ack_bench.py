@@ -146,6 +146,19 @@ class RssSampler:
             self._thread.join(timeout=2)
 
 
+def push_path_build() -> str:
+    """Whether ``kip714 serve`` started from here runs the compiled push path.
+
+    ``python -m`` puts the working directory first on the path, so a
+    checkout's uncompiled sources there win over an installed build.
+    """
+    probe = subprocess.run(
+        [sys.executable, "-c", "import telemetry.kafka.connection as m; print(m.__file__)"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return "uncompiled" if probe.stdout.strip().endswith(".py") else "compiled (mypyc)"
+
+
 class Kip714Server:
     """``kip714 serve`` as a subprocess: started, scraped, and always stopped."""
 
@@ -778,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {sum(map(len, payload)) // len(payload):,} B zstd; push interval {INTERVAL_MS} ms;"
         f" {args.warmup:g} s warm-up + {args.duration:g} s per phase;"
         f" exporters: {args.exporters}; quotas: {'every client' if args.quotas else 'none'};"
-        f" load average {_load_average()}",
+        f" push path {push_path_build()}; load average {_load_average()}",
         flush=True,
     )
     figures = Figures()

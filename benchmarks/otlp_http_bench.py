@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _loadgen import build_metrics_data, percentile
 from _stages import OTLP_STAGES, breakdown
-from ack_bench import Kip714Server
+from ack_bench import Kip714Server, push_path_build
 
 from exporters.api import LoggedPush
 from exporters.iceberg.rows import COALESCE_PUSHES
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     print(
         f"cores: {os.cpu_count()}, load average before: {load_before[0]:.2f};"
-        f" exporters: {args.exporters}"
+        f" exporters: {args.exporters}; push path {push_path_build()}"
     )
     noop, noop_port = start_noop()
     ok = True
