@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from cachetools import LRUCache
 
 from telemetry.core.client_uuid import Uuid
 
@@ -122,12 +122,26 @@ class IdentityCache:
     """
 
     def __init__(self, maxsize: int = 4096) -> None:
-        self._cache: LRUCache[tuple[bytes, str], OtlpIdentity] = LRUCache(maxsize)
+        self._maxsize = maxsize
+        # OrderedDict's moves are C: cachetools' LRUCache is Python code on every request.
+        self._cache: OrderedDict[tuple[bytes, str], OtlpIdentity] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def holds(self, resource: Resource, source_address: str) -> bool:
+        """Whether the identity of ``resource`` from ``source_address`` is cached (no reorder)."""
+        return (resource.SerializeToString(deterministic=True), source_address) in self._cache
 
     def identity(self, resource: Resource, source_address: str) -> OtlpIdentity:
         key = (resource.SerializeToString(deterministic=True), source_address)
-        found = self._cache.get(key)
-        if found is None:
-            found = derive_identity(resource.attributes, source_address)
-            self._cache[key] = found
+        cache = self._cache
+        found = cache.get(key)
+        if found is not None:
+            cache.move_to_end(key)
+            return found
+        found = derive_identity(resource.attributes, source_address)
+        cache[key] = found
+        if len(cache) > self._maxsize:
+            cache.popitem(last=False)
         return found

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
     from aiohttp import web
 
+    from telemetry.http.authentication import HttpAuthenticator
     from telemetry.http.ingest import HttpIngest
 
 __all__ = ["RUNNER_OPTIONS", "add_ingest_routes"]
@@ -29,10 +30,13 @@ RUNNER_OPTIONS: Final[Mapping[str, Any]] = {
 }
 
 
-def add_ingest_routes(app: web.Application, ingest: HttpIngest) -> None:
+def add_ingest_routes(
+    app: web.Application, ingest: HttpIngest, authenticator: HttpAuthenticator | None = None
+) -> None:
     """``POST /v1/metrics``, ``/v1/telemetry/subscriptions`` and ``/v1/telemetry/push``.
 
-    Serve the app with :data:`RUNNER_OPTIONS`.
+    Each behind ``authenticator`` when given (every request is anonymous
+    otherwise). Serve the app with :data:`RUNNER_OPTIONS`.
     """
     otlp = OtlpMetricsHandler(ingest)
 
@@ -40,6 +44,10 @@ def add_ingest_routes(app: web.Application, ingest: HttpIngest) -> None:
         otlp.close()
 
     app.on_cleanup.append(close)
-    app.router.add_post(OTLP_ROUTE, otlp.handle)
-    app.router.add_post(GET_ROUTE, GetSubscriptionsHandler(ingest).handle)
-    app.router.add_post(PUSH_ROUTE, PushHandler(ingest).handle)
+    routes = {
+        OTLP_ROUTE: otlp.handle,
+        GET_ROUTE: GetSubscriptionsHandler(ingest).handle,
+        PUSH_ROUTE: PushHandler(ingest).handle,
+    }
+    for path, handler in routes.items():
+        app.router.add_post(path, authenticator.guard(handler) if authenticator else handler)

@@ -54,15 +54,19 @@ class HttpQuotas:
     def __init__(self, clients: ClientQuotas, max_muted: int = MAX_MUTED_ENTITIES) -> None:
         self.clients = clients
         self._now_ms = 0
+        #: The latest deadline ever set: from then on no entity is muted.
+        self._last_deadline_ms = 0
         self._muted: TLRUCache[ClientEntity, int] = TLRUCache(max_muted, _deadline, self._time)
 
     @property
     def muted_entities(self) -> int:
-        """Entities muted now, and those whose mute ended since the last call (not yet purged)."""
+        """Entities muted now, and those whose mute ended but are not purged yet."""
         return len(self._muted)
 
     def muted_ms(self, entity: ClientEntity, now_ms: int) -> int:
         """How long ``entity`` stays muted from ``now_ms``; 0 to serve its request."""
+        if now_ms >= self._last_deadline_ms:
+            return 0  # every request while no mute runs: no walk of the table
         self._advance(now_ms)
         deadline_ms = self._muted.get(entity)
         return 0 if deadline_ms is None else max(0, deadline_ms - now_ms)
@@ -91,6 +95,7 @@ class HttpQuotas:
         if throttle.time_ms > 0:
             self._advance(now_ms)
             deadline_ms = now_ms + throttle.time_ms
+            self._last_deadline_ms = max(self._last_deadline_ms, deadline_ms)
             # Requests of one entity may overlap: the longest mute wins.
             self._muted[entity] = max(deadline_ms, self._muted.get(entity, deadline_ms))
         return throttle.time_ms

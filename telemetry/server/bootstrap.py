@@ -345,8 +345,7 @@ class Server:
             ),
             self.password_checks,
         )
-        app.middlewares.append(authenticator.middleware)
-        add_ingest_routes(app, ingest)
+        add_ingest_routes(app, ingest, authenticator)
         add_admin_routes(
             app,
             self.admin,

@@ -59,3 +59,16 @@ def test_the_cache_gives_the_derived_identity_per_resource_and_address() -> None
     assert cache.identity(one, "10.0.0.1") == derive_identity(one.attributes, "10.0.0.1")
     assert cache.identity(one, "10.0.0.2") != cache.identity(one, "10.0.0.1")
     assert cache.identity(two, "10.0.0.1").client_id == "b"
+
+
+def test_the_cache_keeps_its_bound_and_drops_the_least_recently_used() -> None:
+    cache = IdentityCache(maxsize=2)
+    one, two, three = (Resource(attributes=attributes(service_name=n)) for n in "abc")
+    cache.identity(one, "10.0.0.1")
+    cache.identity(two, "10.0.0.1")
+    cache.identity(one, "10.0.0.1")  # one is now the most recently used
+    cache.identity(three, "10.0.0.1")
+    assert len(cache) == 2
+    assert cache.holds(one, "10.0.0.1")
+    assert not cache.holds(two, "10.0.0.1")
+    assert cache.holds(three, "10.0.0.1")
