@@ -30,8 +30,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
-from aiohttp import web
-
 from telemetry.enforcement import AdmissionOutcome
 
 if TYPE_CHECKING:
@@ -102,11 +100,16 @@ class HttpConnectionGate:
         self.log = _RateLimitedLog()
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _GatedProtocol(self, inner())
+        return lambda: cast("asyncio.Protocol", _GatedProtocol(self, inner()))
 
 
-class _GatedProtocol(asyncio.Protocol):
-    """Admits the connection, then passes everything to aiohttp's handler, timing its reads."""
+class _GatedProtocol:
+    """Admits the connection, then passes everything to aiohttp's handler, timing its reads.
+
+    An ``asyncio.Protocol`` by its methods, not by subclassing: compiled
+    (mypyc), only a class with no Python base is native, and the loop calls
+    ``data_received`` on every read of every request.
+    """
 
     def __init__(self, gate: HttpConnectionGate, inner: asyncio.Protocol) -> None:
         self._gate = gate
@@ -303,38 +306,3 @@ class _GatedProtocol(asyncio.Protocol):
         self._in_head = True
         self._body_left = None
         self._chunked_tail = b""
-
-
-class GatedTCPSite(web.TCPSite):
-    """aiohttp's ``TCPSite`` whose connections go through a :class:`HttpConnectionGate`."""
-
-    __slots__ = ("_gate",)
-
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        host: str,
-        port: int,
-        *,
-        gate: HttpConnectionGate,
-        **kw: object,
-    ) -> None:
-        super().__init__(runner, host, port, **kw)  # type: ignore[arg-type]
-        self._gate = gate
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        loop = asyncio.get_running_loop()
-        server = self._runner.server
-        assert server is not None
-        self._server = await loop.create_server(
-            self._gate.factory(server),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
-        )
-        sockets = self._server.sockets
-        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

@@ -34,7 +34,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-
 from telemetry.core.client_uuid import Uuid
 
 if TYPE_CHECKING:

@@ -54,6 +54,7 @@ is muted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -354,9 +355,15 @@ class OtlpMetricsHandler:
                 _, pending[index] = self._ingest.log.append_nowait(context, payload, codec, size)
             except Exception as error:
                 failed[index] = error
-        if pending:
-            # asyncio.wait, not gather: a cancelled handler must not cancel the
-            # log's futures (the records are written anyway).
+        if len(pending) == 1:
+            # Every SDK request: its own record's future, awaited as is (asyncio.wait
+            # costs a waiter and two callbacks). Cancelling the handler cancels only
+            # that future; the log skips a done future and writes the record anyway.
+            with contextlib.suppress(Exception):  # read from the future below
+                await next(iter(pending.values()))
+        elif pending:
+            # asyncio.wait, not gather: one failed record must not end the wait
+            # for the others.
             await asyncio.wait(pending.values())
         for index, durable in pending.items():
             outcome = asyncio.CancelledError() if durable.cancelled() else durable.exception()

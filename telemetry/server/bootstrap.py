@@ -35,12 +35,13 @@ from telemetry.errors import ConfigError
 from telemetry.http import HttpIngest, HttpQuotas, add_ingest_routes
 from telemetry.http.app import create_app
 from telemetry.http.authentication import HttpAuthenticator
-from telemetry.http.connections import GatedTCPSite, HttpConnectionGate, HttpConnectionStats
+from telemetry.http.connections import HttpConnectionGate, HttpConnectionStats
 from telemetry.http.forward import ForwardHandler
 from telemetry.http.forward_payload import ForwardCollector
 from telemetry.http.memory import HttpRequestMemory
 from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
+from telemetry.http.site import GatedTCPSite
 from telemetry.ingest import IngestLog
 from telemetry.ingress import wall_clock_ms
 from telemetry.kafka.authenticator import KafkaSecurity
