@@ -115,6 +115,8 @@ class _GatedProtocol:
         self._gate = gate
         self._inner = inner
         self._transport: asyncio.Transport | None = None
+        # Cached: asyncio.get_running_loop() costs a getpid() system call on Python 3.11.
+        self._loop = asyncio.get_running_loop()
         self._address = "?"
         self._serving = False
         self._counted = False
@@ -157,7 +159,7 @@ class _GatedProtocol:
         self._arm(gate.header_timeout_s, "header_timeout")
         if admission.wait_ms > 0:  # the broker-wide creation rate: served a little later
             transport.pause_reading()
-            asyncio.get_running_loop().call_later(admission.wait_ms / 1000, self._resume)
+            self._loop.call_later(admission.wait_ms / 1000, self._resume)
 
     def data_received(self, data: bytes) -> None:
         if not self._serving:
@@ -202,7 +204,7 @@ class _GatedProtocol:
         scheduling a timer each time cost more than the rest of the tracking.
         The one timer checks the deadline when it fires and follows it.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         deadline = loop.time() + timeout_s
         self._deadline, self._reason = deadline, reason
         timer = self._timer
@@ -225,7 +227,7 @@ class _GatedProtocol:
         deadline = self._deadline
         if deadline is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if loop.time() < deadline:
             self._timer = loop.call_at(deadline, self._check)
             return

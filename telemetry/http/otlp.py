@@ -171,7 +171,9 @@ class OtlpMetricsHandler:
         self._decoder.shutdown(wait=False, cancel_futures=True)
 
     async def handle(self, request: web.Request) -> web.Response:
-        content_type = request.content_type
+        content_type = request.headers.get(hdrs.CONTENT_TYPE, "")
+        if content_type not in {PROTOBUF, JSON}:  # parameters (charset=...) or case to parse
+            content_type = request.content_type
         if content_type not in {PROTOBUF, JSON}:
             response = web.Response(
                 status=415,
@@ -213,14 +215,12 @@ class OtlpMetricsHandler:
             raise
         started_ns = time.perf_counter_ns()
         address, port = peer(request)
-        groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
-        for resource in export.resource_metrics:
-            identity = self._identities.identity(resource.resource, address or "")
-            groups.setdefault(identity, []).append(resource)
+        groups = self._grouped(export.resource_metrics, address or "")
         if not groups:
             return _accepted(is_json)
+        identities = [identity for identity, _ in groups]
         now_ms = ingest.clock()
-        self._refuse_if_muted(groups, user, now_ms)
+        self._refuse_if_muted(identities, user, now_ms)
         payloads: list[_Logged]
         codec = sent_codec(request.headers.get(hdrs.CONTENT_ENCODING, ""), body)
         if len(groups) == 1 and not is_json and codec is not None:
@@ -233,31 +233,42 @@ class OtlpMetricsHandler:
         else:
             payloads = [
                 _uncompressed(MetricsData(resource_metrics=resources).SerializeToString())
-                for resources in groups.values()
+                for _, resources in groups
             ]
         del data  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
-        self._record(groups, user, payloads, len(body), loop_ns, now_ms)
+        self._record(identities, user, payloads, len(body), loop_ns, now_ms)
         failed = await self._append(
             [
                 (_push_context(identity, user, address, port, now_ms), logged)
-                for identity, logged in zip(groups, payloads, strict=True)
+                for identity, logged in zip(identities, payloads, strict=True)
             ]
         )
         if not failed:
             return _accepted(is_json)
         if len(failed) == len(groups):
             raise _log_refusal(next(iter(failed.values())))
-        resources_of = list(groups.values())
         response = ExportMetricsServiceResponse()
         response.partial_success.rejected_data_points = sum(
-            count_data_points(resources_of[index]) for index in failed
+            count_data_points(groups[index][1]) for index in failed
         )
         response.partial_success.error_message = (
             f"{len(failed)} of {len(groups)} resources were not logged: "
             f"{_log_refusal(next(iter(failed.values()))).message}"
         )
         return _message_response(response, is_json)
+
+    def _grouped(
+        self, resources: Sequence[ResourceMetrics], address: str
+    ) -> list[tuple[OtlpIdentity, list[ResourceMetrics]]]:
+        """The resources by identity, in the order each identity first appears."""
+        if len(resources) == 1:  # every SDK request: nothing to group, no identity hashed
+            return [(self._identities.identity(resources[0].resource, address), [resources[0]])]
+        groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
+        for resource in resources:
+            identity = self._identities.identity(resource.resource, address)
+            groups.setdefault(identity, []).append(resource)
+        return list(groups.items())
 
     async def _decode_and_parse(
         self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None

@@ -35,7 +35,8 @@ def request_user(request: web.Request) -> str:
     user = certificate_user(request)
     if user is not None:
         return user
-    return request.get(AUTHENTICATED_USER) or ANONYMOUS_USER
+    # len() first: Mapping.get on a request without the key raises and catches a KeyError.
+    return (request.get(AUTHENTICATED_USER) if len(request) else None) or ANONYMOUS_USER
 
 
 def principal(user: str) -> str:

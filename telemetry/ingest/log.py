@@ -93,7 +93,10 @@ class IngestLog:
         self._closed = asyncio.Event()
         self._close_task: asyncio.Future[None] | None = None
         self._refused_length = 0
-        self._writer_task = asyncio.get_running_loop().create_task(
+        # Kept: asyncio.get_running_loop() costs a getpid() system call on Python 3.11,
+        # and every append makes a future.
+        self._loop = asyncio.get_running_loop()
+        self._writer_task = self._loop.create_task(
             self._write_loop(), name=f"ingest-log-writer:{directory}"
         )
 
@@ -192,7 +195,7 @@ class IngestLog:
             self.stats.full = False
             logger.info("ingest log has room again; accepting pushes")
         self._next_offset = offset + 1
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[None] = self._loop.create_future()
         self._pending_parts += (head, payload)
         self._pending_lengths.append(length)
         self._pending_futures.append(future)

@@ -75,7 +75,7 @@ class FrameError(Exception):
         self.reason = reason
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, init=False)
 class PushContext:
     """What the server knows about an accepted push before the log positions it.
 
@@ -85,7 +85,9 @@ class PushContext:
 
     Not frozen, though nothing changes one once built: one is built per push,
     and a frozen dataclass's ``__init__`` (an ``object.__setattr__`` per
-    field) cost more than the rest of its append.
+    field) cost more than the rest of its append. The ``__init__`` is written
+    out, not generated, because the module is compiled and a generated one
+    stays interpreted (``dataclasses.replace`` still works: it calls this one).
     """
 
     client_instance_id: str
@@ -100,6 +102,35 @@ class PushContext:
     client_source_address: str | None = None
     client_source_port: int | None = None
     principal: str | None = None
+
+    def __init__(
+        self,
+        *,
+        client_instance_id: str,
+        subscription_id: int,
+        received_time_ms: int,
+        push_interval_ms: int,
+        terminating: bool = False,
+        content_type: str = "OTLP",
+        client_id: str | None = None,
+        client_software_name: str | None = None,
+        client_software_version: str | None = None,
+        client_source_address: str | None = None,
+        client_source_port: int | None = None,
+        principal: str | None = None,
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.received_time_ms = received_time_ms
+        self.push_interval_ms = push_interval_ms
+        self.terminating = terminating
+        self.content_type = content_type
+        self.client_id = client_id
+        self.client_software_name = client_software_name
+        self.client_software_version = client_software_version
+        self.client_source_address = client_source_address
+        self.client_source_port = client_source_port
+        self.principal = principal
 
 
 #: The seven strings of a push context, in the record's order.
