@@ -27,8 +27,7 @@ import base64
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, final
 
 __all__ = ["ONE_UUID", "RESERVED", "ZERO_UUID", "Uuid"]
 
@@ -40,58 +39,78 @@ _BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]{22}(?:==)?")
 _HASH_PREFIX: Final = os.urandom(16)
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@final
 class Uuid:
-    """A 128-bit id held as two unsigned 64-bit halves.
+    """A 128-bit id held as two unsigned 64-bit halves, which are ``Final``.
 
     Ordering compares the halves as unsigned numbers, as Kafka's
-    ``compareTo`` does with ``Long.compareUnsigned``.
+    ``compareTo`` does with ``Long.compareUnsigned``. A plain class rather
+    than a frozen dataclass: the module is compiled, and one id is decoded
+    and hashed on every request, which a dataclass's generated methods and
+    ``object.__setattr__`` would keep interpreted.
     """
 
-    most_significant_bits: int
-    least_significant_bits: int
-    # Instance ids are dict keys several times per push: hash once, print once.
-    _hash: int = field(init=False, repr=False, compare=False)
-    _text: str | None = field(init=False, repr=False, compare=False, default=None)
+    __slots__ = ("_hash", "_text", "least_significant_bits", "most_significant_bits")
 
-    def __post_init__(self) -> None:
-        for half in (self.most_significant_bits, self.least_significant_bits):
-            if not 0 <= half <= _U64:
-                raise ValueError(f"Uuid half {half} is not an unsigned 64-bit value")
-        object.__setattr__(self, "_hash", hash(_HASH_PREFIX + self.to_bytes()))
+    def __init__(
+        self, most_significant_bits: int, least_significant_bits: int, *, _wire: bytes = b""
+    ) -> None:
+        """``_wire``: the 16 bytes the halves came from, when decoded (then in range)."""
+        if not _wire:
+            for half in (most_significant_bits, least_significant_bits):
+                if not 0 <= half <= _U64:
+                    raise ValueError(f"Uuid half {half} is not an unsigned 64-bit value")
+            _wire = _to_bytes(most_significant_bits, least_significant_bits)
+        self.most_significant_bits: Final = most_significant_bits
+        self.least_significant_bits: Final = least_significant_bits
+        # Instance ids are dict keys several times per push: hash once, print once.
+        self._hash: Final = hash(_HASH_PREFIX + _wire)
+        self._text: str | None = None
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Uuid:
+        if not isinstance(other, Uuid):
             return NotImplemented
-        assert isinstance(other, Uuid)
         return (
             self._hash == other._hash
             and self.most_significant_bits == other.most_significant_bits
             and self.least_significant_bits == other.least_significant_bits
         )
 
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Uuid):
+            return NotImplemented
+        return not self == other
+
+    def __lt__(self, other: Uuid) -> bool:
+        return self._halves() < other._halves()
+
+    def __le__(self, other: Uuid) -> bool:
+        return self._halves() <= other._halves()
+
+    def __gt__(self, other: Uuid) -> bool:
+        return self._halves() > other._halves()
+
+    def __ge__(self, other: Uuid) -> bool:
+        return self._halves() >= other._halves()
+
+    def _halves(self) -> tuple[int, int]:
+        return self.most_significant_bits, self.least_significant_bits
+
     @classmethod
     def from_bytes(cls, data: bytes) -> Uuid:
         """Build from the 16 bytes of the wire form (two big-endian int64)."""
         if len(data) != 16:
             raise ValueError(f"a Uuid is 16 bytes, got {len(data)}")
-        # Once per request: skip the dataclass __init__ (two halves of 8 bytes
-        # are always in range) and hash the bytes we already hold.
-        uuid = object.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(uuid, "most_significant_bits", int.from_bytes(data[:8], "big"))
-        setattr_(uuid, "least_significant_bits", int.from_bytes(data[8:], "big"))
-        setattr_(uuid, "_hash", hash(_HASH_PREFIX + bytes(data)))
-        setattr_(uuid, "_text", None)
-        return uuid
+        wire = bytes(data)
+        return Uuid(int.from_bytes(wire[:8], "big"), int.from_bytes(wire[8:], "big"), _wire=wire)
 
     @classmethod
     def from_signed(cls, msb: int, lsb: int) -> Uuid:
         """Build from Java's signed ``long`` halves, as Kafka's tests write them."""
-        return cls(msb & _U64, lsb & _U64)
+        return Uuid(msb & _U64, lsb & _U64)
 
     @classmethod
     def parse(cls, text: str) -> Uuid:
@@ -104,7 +123,7 @@ class Uuid:
             raise ValueError(f"input string with prefix {text[:24]!r} is too long for a Uuid")
         if _BASE64URL.fullmatch(text) is None:
             raise ValueError(f"input string {text!r} is not a base64url-encoded Uuid")
-        return cls.from_bytes(base64.urlsafe_b64decode(text[:22] + "=="))
+        return Uuid.from_bytes(base64.urlsafe_b64decode(text[:22] + "=="))
 
     @classmethod
     def random(cls, random_bytes: Callable[[int], bytes] = os.urandom) -> Uuid:
@@ -119,15 +138,13 @@ class Uuid:
             # byte 6, IETF variant (10xx) in byte 8.
             raw[6] = (raw[6] & 0x0F) | 0x40
             raw[8] = (raw[8] & 0x3F) | 0x80
-            candidate = cls.from_bytes(bytes(raw))
-            if candidate not in RESERVED and not str(candidate).startswith("-"):
+            candidate = Uuid.from_bytes(bytes(raw))
+            if not candidate.is_reserved and not str(candidate).startswith("-"):
                 return candidate
 
     def to_bytes(self) -> bytes:
         """The 16-byte wire form."""
-        return self.most_significant_bits.to_bytes(8, "big") + self.least_significant_bits.to_bytes(
-            8, "big"
-        )
+        return _to_bytes(self.most_significant_bits, self.least_significant_bits)
 
     def java_hash_code(self) -> int:
         """Java's ``Uuid.hashCode()`` as a signed int32."""
@@ -144,11 +161,15 @@ class Uuid:
         text = self._text
         if text is None:
             text = base64.urlsafe_b64encode(self.to_bytes()).rstrip(b"=").decode("ascii")
-            object.__setattr__(self, "_text", text)
+            self._text = text
         return text
 
     def __repr__(self) -> str:
         return f"Uuid({str(self)!r})"
+
+
+def _to_bytes(msb: int, lsb: int) -> bytes:
+    return msb.to_bytes(8, "big") + lsb.to_bytes(8, "big")
 
 
 ZERO_UUID: Final = Uuid(0, 0)
