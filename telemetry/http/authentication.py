@@ -68,24 +68,28 @@ class HttpAuthenticator:
         """``handler``, served only to a request this authenticator lets through."""
         return _Guarded(self, handler).handle
 
-    async def refusal(self, request: web.Request) -> web.Response | None:
-        """The 401 for ``request``, or ``None`` to serve it (its Basic user then set)."""
-        if certificate_user(request) is not None:
-            return None
-        header = request.headers.get("Authorization", "")
-        if header[: len(_BASIC)].lower() == _BASIC:
-            user = await self._check_basic(header[len(_BASIC) :].strip())
-            if user is None:
-                self.failures += 1
-                await asyncio.sleep(self.settings.failed_authentication_delay_ms / 1000)
-                return _unauthorized("the Basic credentials do not check")
-            request[AUTHENTICATED_USER] = user
-            return None
-        if self.required:
+    def anonymous_refusal(self, request: web.Request) -> web.Response | None:
+        """For a request without Basic credentials: its 401, or ``None`` to serve it."""
+        if self.required and certificate_user(request) is None:
             return _unauthorized(
                 "[security] allow_anonymous = false: send a client certificate or "
                 "Authorization: Basic"
             )
+        return None
+
+    async def basic_refusal(self, request: web.Request, header: str) -> web.Response | None:
+        """For ``Authorization: <header>`` (Basic): its 401, or ``None`` with the user set.
+
+        A client certificate, when there is one, names the sender instead.
+        """
+        if certificate_user(request) is not None:
+            return None
+        user = await self._check_basic(header[len(_BASIC) :].strip())
+        if user is None:
+            self.failures += 1
+            await asyncio.sleep(self.settings.failed_authentication_delay_ms / 1000)
+            return _unauthorized("the Basic credentials do not check")
+        request[AUTHENTICATED_USER] = user
         return None
 
     async def _check_basic(self, token: str) -> str | None:
@@ -126,7 +130,12 @@ class _Guarded:
         self._handler = handler
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        refusal = await self._authenticator.refusal(request)
+        authenticator = self._authenticator
+        header = request.headers.get("Authorization", "")
+        if header[: len(_BASIC)].lower() == _BASIC:
+            refusal = await authenticator.basic_refusal(request, header)
+        else:  # no coroutine for the usual request, which has no credentials to check
+            refusal = authenticator.anonymous_refusal(request)
         if refusal is not None:
             return refusal
         return await self._handler(request)

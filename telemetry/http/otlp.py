@@ -207,7 +207,13 @@ class OtlpMetricsHandler:
         user = request_user(request)
         started_ns = time.perf_counter_ns()
         try:
-            data, export, loop_ns = await self._decode_and_parse(request, body, is_json, held)
+            # Inline first, without a coroutine: the usual body is small.
+            inline = self._decode_inline(request, body, is_json, held)
+            loop_ns = time.perf_counter_ns() - started_ns
+            if inline is None:
+                data, export = await self._decode_on_thread(request, body, is_json, held)
+            else:
+                data, export = inline
         except _RefusedError as refusal:
             if refusal.status == 400:  # a malformed body costs its sender like any request
                 spent_ns = time.perf_counter_ns() - started_ns
@@ -270,32 +276,40 @@ class OtlpMetricsHandler:
             groups.setdefault(identity, []).append(resource)
         return list(groups.items())
 
-    async def _decode_and_parse(
+    def _decode_inline(
         self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None
-    ) -> tuple[bytes, ExportMetricsServiceRequest, int]:
-        """The decoded body, its parse, and the event-loop time they took.
+    ) -> tuple[bytes, ExportMetricsServiceRequest] | None:
+        """The decoded body and its parse, on the loop; ``None`` if it is for the thread.
 
         Up to 64 KiB as sent and decoded, on the loop; beyond, decompression
         and parsing (OTLP/JSON at about 0.3 µs a byte) go to one thread, one
-        body at a time. A compressed body queues for that thread only once it
-        holds ``max_decompressed_bytes`` of request memory (Kafka reserves a
-        whole request before reading it); the hold shrinks to the decoded size
-        after.
+        body at a time (:meth:`_decode_on_thread`).
+        """
+        if len(body) > JSON_INLINE_BYTES:
+            return None
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
+        max_decoded = self._ingest.manager.config.max_decompressed_bytes
+        try:
+            inline = _decode(encoding, body, min(max_decoded, JSON_INLINE_BYTES))
+        except _RefusedError as refusal:
+            if refusal.status != 413 or max_decoded <= JSON_INLINE_BYTES:
+                raise
+            return None
+        if held is not None and inline is not body:
+            held.add(len(inline))
+        return inline, _parse(inline, is_json)
+
+    async def _decode_on_thread(
+        self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None
+    ) -> tuple[bytes, ExportMetricsServiceRequest]:
+        """The decoded body and its parse, from the one decoding thread.
+
+        A compressed body queues for that thread only once it holds
+        ``max_decompressed_bytes`` of request memory (Kafka reserves a whole
+        request before reading it); the hold shrinks to the decoded size after.
         """
         encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
         max_decoded = self._ingest.manager.config.max_decompressed_bytes
-        started_ns = time.perf_counter_ns()
-        if len(body) <= JSON_INLINE_BYTES:
-            try:
-                inline = _decode(encoding, body, min(max_decoded, JSON_INLINE_BYTES))
-            except _RefusedError as refusal:
-                if refusal.status != 413 or max_decoded <= JSON_INLINE_BYTES:
-                    raise
-            else:
-                if held is not None and inline is not body:
-                    held.add(len(inline))
-                return inline, _parse(inline, is_json), time.perf_counter_ns() - started_ns
-        loop_ns = time.perf_counter_ns() - started_ns
         compressed = encoding.strip().lower() not in ("", "identity")
         reserved = max_decoded if compressed and held is not None else 0
         memory = self._ingest.memory
@@ -317,7 +331,7 @@ class OtlpMetricsHandler:
             raise
         if held is not None:
             held.add((len(data) if data is not body else 0) - reserved)
-        return data, export, loop_ns
+        return data, export
 
     def _refuse_if_muted(self, groups: Collection[OtlpIdentity], user: str, now_ms: int) -> None:
         """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
