@@ -81,3 +81,27 @@ async def test_scram_credentials_check_basic_too(tmp_path: Path) -> None:
         checked = server.password_checks.stats.completed
     assert (right, wrong) == (200, 401)
     assert checked == 2  # both hashed on the password-check pool
+
+
+async def test_every_ingestion_route_is_guarded_and_the_others_are_not(tmp_path: Path) -> None:
+    """The guard sits on each ingestion route (not a middleware): all three, nothing else."""
+    async with running(tmp_path, _config()) as server, aiohttp.ClientSession() as session:
+        assert server.http_address is not None
+        host, port = server.http_address
+        base = f"http://{host}:{port}"
+        statuses: dict[str, int] = {}
+        for path in ("/v1/metrics", "/v1/telemetry/subscriptions", "/v1/telemetry/push"):
+            async with session.post(base + path, data=b"", headers=PROTOBUF) as response:
+                statuses[path] = response.status
+                challenge = response.headers.get("WWW-Authenticate", "")
+                assert challenge.startswith("Basic"), (path, challenge)
+        for path in ("/healthz", "/metrics"):
+            async with session.get(base + path) as response:
+                statuses[path] = response.status
+    assert statuses == {
+        "/v1/metrics": 401,
+        "/v1/telemetry/subscriptions": 401,
+        "/v1/telemetry/push": 401,
+        "/healthz": 200,
+        "/metrics": 200,
+    }

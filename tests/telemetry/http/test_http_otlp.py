@@ -536,3 +536,41 @@ async def test_a_big_json_body_is_parsed_off_the_event_loop(tmp_path: Path) -> N
 def _worker_threads() -> int:
     """The OTLP decoding threads (of every server in this process)."""
     return sum(t.name.startswith("otlp-decode") for t in threading.enumerate())
+
+
+async def test_a_handler_cancelled_while_its_record_is_written_leaves_it_logged(
+    tmp_path: Path,
+) -> None:
+    """The one-record wait awaits the log's own future: cancelling the handler cancels
+    that future only, and the log still writes the record and keeps serving."""
+    from telemetry.http import HttpIngest  # noqa: PLC0415
+    from telemetry.http.otlp import OtlpMetricsHandler  # noqa: PLC0415
+    from telemetry.ingest import PushContext  # noqa: PLC0415
+
+    async with running_server(tmp_path) as kafka:
+        handler = OtlpMetricsHandler(HttpIngest(manager=kafka.manager, log=kafka.log))
+        try:
+            records = [
+                (
+                    PushContext(
+                        client_instance_id=f"cancelled-{n}",
+                        subscription_id=0,
+                        received_time_ms=T0_MS,
+                        push_interval_ms=0,
+                    ),
+                    (b"payload-%d" % n, 0, 9),
+                )
+                for n in range(2)
+            ]
+            waiting = asyncio.ensure_future(handler._append(records[:1]))
+            await asyncio.sleep(0)  # appended, now waiting for the fsync
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            after = await handler._append(records[1:])  # the log still takes records
+        finally:
+            handler.close()
+        logged = await kafka.wait_for_pushes(lambda pushes: len(pushes) >= 2, 10.0)
+    assert after == {}
+    assert [push.client_instance_id for push in logged] == ["cancelled-0", "cancelled-1"]
+    assert [push.payload for push in logged] == [b"payload-0", b"payload-1"]
