@@ -167,6 +167,10 @@ class Uuid:
     def __repr__(self) -> str:
         return f"Uuid({str(self)!r})"
 
+    def __reduce__(self) -> tuple[type[Uuid], tuple[int, int]]:
+        """Pickled and copied by its halves, as the value type it is."""
+        return Uuid, (self.most_significant_bits, self.least_significant_bits)
+
 
 def _to_bytes(msb: int, lsb: int) -> bytes:
     return msb.to_bytes(8, "big") + lsb.to_bytes(8, "big")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -124,3 +126,11 @@ def test_random_never_returns_reserved_even_when_forced() -> None:
 def test_is_reserved_by_the_halves_is_membership_of_reserved(msb: int, lsb: int) -> None:
     uuid = Uuid(msb, lsb)
     assert uuid.is_reserved == (uuid in RESERVED)
+
+
+def test_copies_and_pickles_are_equal_and_hash_alike() -> None:
+    uuid = Uuid.from_signed(-1, 42)
+    for twin in (copy.copy(uuid), copy.deepcopy(uuid), pickle.loads(pickle.dumps(uuid))):
+        assert twin == uuid
+        assert hash(twin) == hash(uuid)
+        assert str(twin) == str(uuid)
