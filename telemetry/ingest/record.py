@@ -32,7 +32,7 @@ the same directory: readers dispatch on it, writers always write the newest.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Final
 
 import crc32c
@@ -131,6 +131,17 @@ class PushContext:
         self.client_source_address = client_source_address
         self.client_source_port = client_source_port
         self.principal = principal
+
+    def __reduce__(self) -> tuple[object, tuple[tuple[object, ...]]]:
+        """Copied and pickled through ``__init__``: a native class has no default way."""
+        return _rebuild_push_context, (tuple(getattr(self, name) for name in _CONTEXT_FIELDS),)
+
+
+_CONTEXT_FIELDS: Final = tuple(field.name for field in fields(PushContext))
+
+
+def _rebuild_push_context(values: tuple[object, ...]) -> PushContext:
+    return PushContext(**dict(zip(_CONTEXT_FIELDS, values, strict=True)))  # type: ignore[arg-type]
 
 
 #: The seven strings of a push context, in the record's order.

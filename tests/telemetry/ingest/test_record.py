@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import pytest
 
@@ -93,3 +95,20 @@ def test_strings_encoded_once_per_client_still_round_trip_past_the_cache_bound()
     for seq in range(clients):
         record_module._ENCODED_STRINGS.get((f"i{seq}", "OTLP", None, None, None, None, None))
     assert len(record_module._ENCODED_STRINGS.entries) <= record_module._ENCODED_STRINGS.max_entries
+
+
+def test_a_push_context_copies_and_pickles_field_for_field() -> None:
+    context = PushContext(
+        client_instance_id="AAAAAAAAAAEAAAAAAAAAAg",
+        subscription_id=7,
+        received_time_ms=1_700_000_000_000,
+        push_interval_ms=5000,
+        terminating=True,
+        client_id="orders",
+        client_source_address="192.0.2.1",
+        client_source_port=40000,
+        principal="User:alice",
+    )
+    for twin in (copy.copy(context), copy.deepcopy(context), pickle.loads(pickle.dumps(context))):
+        assert twin == context
+        assert twin is not context
