@@ -79,11 +79,6 @@ class Uuid:
             and self.least_significant_bits == other.least_significant_bits
         )
 
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Uuid):
-            return NotImplemented
-        return not self == other
-
     def __lt__(self, other: Uuid) -> bool:
         return self._halves() < other._halves()
 

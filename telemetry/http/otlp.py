@@ -119,6 +119,7 @@ ROUTE: Final = "/v1/metrics"
 JSON_INLINE_BYTES: Final = 64 * 1024
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
+_CONTENT_TYPES: Final = frozenset({PROTOBUF, JSON})
 
 # google.rpc.Code values, as the Collector pairs them with HTTP statuses.
 _INVALID_ARGUMENT: Final = 3
@@ -172,9 +173,9 @@ class OtlpMetricsHandler:
 
     async def handle(self, request: web.Request) -> web.Response:
         content_type = request.headers.get(hdrs.CONTENT_TYPE, "")
-        if content_type not in {PROTOBUF, JSON}:  # parameters (charset=...) or case to parse
+        if content_type not in _CONTENT_TYPES:  # parameters (charset=...) or case to parse
             content_type = request.content_type
-        if content_type not in {PROTOBUF, JSON}:
+        if content_type not in _CONTENT_TYPES:
             response = web.Response(
                 status=415,
                 text=f"415 unsupported media type, supported: [{JSON}, {PROTOBUF}]",
