@@ -20,6 +20,10 @@ encoder). For each size, in one run on the same machine:
 The load generator is one process (aiohttp client); it shares the
 machine's cores with the server, which the output states with the load
 average. Targets: kip714 >= 50% of the ceiling; p99 < 20 ms at half rate.
+kip714 answers a request only once it is fsynced, so in the closed loop its
+rate is the requests in flight over a latency that includes a sync; the
+no-op's is not. The share therefore grows with ``--concurrency``
+(docs/architecture.md gives it at 32, 64 and 128 in flight).
 
     python3 benchmarks/otlp_http_bench.py            # about 1 minute
     python3 benchmarks/otlp_http_bench.py --quick    # smoke run
@@ -440,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     print(
         f"cores: {os.cpu_count()}, load average before: {load_before[0]:.2f};"
-        f" exporters: {args.exporters}; push path {push_path_build()}"
+        f" exporters: {args.exporters}; push path {push_path_build()};"
+        f" closed loop: {args.concurrency} requests in flight"
     )
     noop, noop_port = start_noop()
     ok = True
