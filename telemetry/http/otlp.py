@@ -206,13 +206,14 @@ class OtlpMetricsHandler:
     ) -> web.Response:
         ingest = self._ingest
         user = request_user(request)
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
         started_ns = time.perf_counter_ns()
         try:
             # Inline first, without a coroutine: the usual body is small.
-            inline = self._decode_inline(request, body, is_json, held)
+            inline = self._decode_inline(encoding, body, is_json, held)
             loop_ns = time.perf_counter_ns() - started_ns
             if inline is None:
-                data, export = await self._decode_on_thread(request, body, is_json, held)
+                data, export = await self._decode_on_thread(encoding, body, is_json, held)
             else:
                 data, export = inline
         except _RefusedError as refusal:
@@ -229,7 +230,7 @@ class OtlpMetricsHandler:
         now_ms = ingest.clock()
         self._refuse_if_muted(identities, user, now_ms)
         payloads: list[_Logged]
-        codec = sent_codec(request.headers.get(hdrs.CONTENT_ENCODING, ""), body)
+        codec = sent_codec(encoding, body)
         if len(groups) == 1 and not is_json and codec is not None:
             # Every SDK request: log the body as sent, compressed as it came
             # (the log decompresses on read), not its decoded copy.
@@ -278,7 +279,7 @@ class OtlpMetricsHandler:
         return list(groups.items())
 
     def _decode_inline(
-        self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None
+        self, encoding: str, body: bytes, is_json: bool, held: HeldMemory | None
     ) -> tuple[bytes, ExportMetricsServiceRequest] | None:
         """The decoded body and its parse, on the loop; ``None`` if it is for the thread.
 
@@ -288,7 +289,6 @@ class OtlpMetricsHandler:
         """
         if len(body) > JSON_INLINE_BYTES:
             return None
-        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
         max_decoded = self._ingest.manager.config.max_decompressed_bytes
         try:
             inline = _decode(encoding, body, min(max_decoded, JSON_INLINE_BYTES))
@@ -301,7 +301,7 @@ class OtlpMetricsHandler:
         return inline, _parse(inline, is_json)
 
     async def _decode_on_thread(
-        self, request: web.Request, body: bytes, is_json: bool, held: HeldMemory | None
+        self, encoding: str, body: bytes, is_json: bool, held: HeldMemory | None
     ) -> tuple[bytes, ExportMetricsServiceRequest]:
         """The decoded body and its parse, from the one decoding thread.
 
@@ -309,7 +309,6 @@ class OtlpMetricsHandler:
         ``max_decompressed_bytes`` of request memory (Kafka reserves a whole
         request before reading it); the hold shrinks to the decoded size after.
         """
-        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
         max_decoded = self._ingest.manager.config.max_decompressed_bytes
         compressed = encoding.strip().lower() not in ("", "identity")
         reserved = max_decoded if compressed and held is not None else 0
