@@ -84,7 +84,7 @@ from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Sequence
 
     from google.protobuf.message import Message
     from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
@@ -140,9 +140,12 @@ class _RefusedError(Exception):
 
 
 def peer(request: web.Request) -> tuple[str | None, int | None]:
-    """The connection's source address and port (``None`` when not TCP)."""
-    transport = request.transport
-    peername = transport.get_extra_info("peername") if transport is not None else None
+    """The connection's source address and port (``None`` when not TCP).
+
+    From aiohttp's connection, which asks the transport once per connection;
+    ``get_extra_info("peername")`` is a ``getpeername`` system call each time.
+    """
+    peername = request.protocol.peername
     if isinstance(peername, tuple) and len(peername) >= 2:
         return str(peername[0]), int(peername[1])
     return None, None
@@ -227,8 +230,9 @@ class OtlpMetricsHandler:
         if not groups:
             return _accepted(is_json)
         identities = [identity for identity, _ in groups]
+        entities = [_entity(user, identity) for identity in identities]
         now_ms = ingest.clock()
-        self._refuse_if_muted(identities, user, now_ms)
+        self._refuse_if_muted(entities, now_ms)
         payloads: list[_Logged]
         codec = sent_codec(encoding, body)
         if len(groups) == 1 and not is_json and codec is not None:
@@ -245,7 +249,7 @@ class OtlpMetricsHandler:
             ]
         del data  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
-        self._record(identities, user, payloads, len(body), loop_ns, now_ms)
+        self._record(entities, payloads, len(body), loop_ns, now_ms)
         failed = await self._append(
             [
                 (_push_context(identity, user, address, port, now_ms), logged)
@@ -333,10 +337,12 @@ class OtlpMetricsHandler:
             held.add((len(data) if data is not body else 0) - reserved)
         return data, export
 
-    def _refuse_if_muted(self, groups: Collection[OtlpIdentity], user: str, now_ms: int) -> None:
+    def _refuse_if_muted(self, entities: Sequence[ClientEntity], now_ms: int) -> None:
         """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
         quotas = self._ingest.quotas
-        muted_ms = max(quotas.muted_ms(_entity(user, identity), now_ms) for identity in groups)
+        muted_ms = 0
+        for entity in entities:
+            muted_ms = max(muted_ms, quotas.muted_ms(entity, now_ms))
         if muted_ms > 0:
             raise _RefusedError(
                 429,
@@ -347,8 +353,7 @@ class OtlpMetricsHandler:
 
     def _record(
         self,
-        groups: Collection[OtlpIdentity],
-        user: str,
+        entities: Sequence[ClientEntity],
         payloads: Sequence[_Logged],
         body_bytes: int,
         loop_ns: int,
@@ -361,10 +366,10 @@ class OtlpMetricsHandler:
         """
         quotas = self._ingest.quotas
         payload_bytes = sum(size for _, _, size in payloads) or 1
-        for identity, (_, _, size) in zip(groups, payloads, strict=True):
+        for entity, (_, _, size) in zip(entities, payloads, strict=True):
             quotas.finish_request(
-                _entity(user, identity),
-                loop_ns // len(groups),
+                entity,
+                loop_ns // len(entities),
                 now_ms,
                 push_bytes=body_bytes * size // payload_bytes,
             )

@@ -151,6 +151,40 @@ async def test_an_sdk_request_is_logged_as_sent_with_its_derived_identity(
     assert server.manager.instance_count == 0
 
 
+async def test_each_request_is_logged_with_its_own_connections_source_port(
+    server: HttpServer,
+) -> None:
+    """The source address is read once per connection: never another connection's."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    head = (
+        f"POST {ROUTE} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-protobuf\r\n"
+        f"Content-Length: {len(SDK_BODY)}\r\n\r\n"
+    ).encode()
+    connections = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+    try:
+        sent_from: list[int] = []
+        for _ in range(2):  # two requests on each kept-alive connection, interleaved
+            for reader, writer in connections:
+                writer.write(head + SDK_BODY)
+                status_line = await asyncio.wait_for(reader.readline(), 10)
+                assert status_line.startswith(b"HTTP/1.1 200 ")
+                length = 0
+                while (line := await asyncio.wait_for(reader.readline(), 10)) != b"\r\n":
+                    name, _, value = line.decode().partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                sent_from.append(writer.get_extra_info("sockname")[1])
+    finally:
+        for _, writer in connections:
+            writer.close()
+    assert len(set(sent_from)) == 2
+    logged = await server.pushes()
+    assert [(p.client_source_address, p.client_source_port) for p in logged] == [
+        ("127.0.0.1", sent) for sent in sent_from
+    ]
+
+
 async def test_without_service_instance_id_the_source_address_identifies(
     server: HttpServer,
 ) -> None:
