@@ -8,6 +8,7 @@ example of the OTLP specification (opentelemetry-proto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import threading
@@ -160,8 +161,10 @@ async def test_each_request_is_logged_with_its_own_connections_source_port(
         f"POST {ROUTE} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-protobuf\r\n"
         f"Content-Length: {len(SDK_BODY)}\r\n\r\n"
     ).encode()
-    connections = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+    connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     try:
+        for _ in range(2):  # opened inside the try: a failed second open closes the first
+            connections.append(await asyncio.open_connection(host, int(port)))
         sent_from: list[int] = []
         for _ in range(2):  # two requests on each kept-alive connection, interleaved
             for reader, writer in connections:
@@ -178,6 +181,9 @@ async def test_each_request_is_logged_with_its_own_connections_source_port(
     finally:
         for _, writer in connections:
             writer.close()
+        for _, writer in connections:
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
     assert len(set(sent_from)) == 2
     logged = await server.pushes()
     assert [(p.client_source_address, p.client_source_port) for p in logged] == [
