@@ -20,11 +20,9 @@ import contextlib
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from durable.cancellation import run_to_completion
 from durable.fs import fsync_dir
 from telemetry.ingest.config import LogConfig
 from telemetry.ingest.errors import (
@@ -41,6 +39,7 @@ from telemetry.ingest.record import encode_frame
 from telemetry.ingest.recovery import recover
 from telemetry.ingest.stats import LogStats
 from telemetry.ingest.writer import SegmentState, SegmentWriter
+from telemetry.ingest.writer_thread import WriterThread
 
 if TYPE_CHECKING:
     from exporters.api import LoggedPush
@@ -79,7 +78,7 @@ class IngestLog:
         self._writer = SegmentWriter(
             directory, last.base, last.size, config.segment_bytes, self.stats
         )
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-log-writer")
+        self._group_thread = WriterThread(self._writer.write_group, "ingest-log-writer")
         self._pending_parts: list[bytes] = []
         self._pending_lengths: list[int] = []
         self._pending_futures: list[asyncio.Future[None]] = []
@@ -247,11 +246,7 @@ class IngestLog:
                     self._pending_futures,
                 )
                 self._pending_parts, self._pending_lengths, self._pending_futures = [], [], []
-                # A group is written, published and answered as one step: a
-                # cancellation must not leave a writev running on a descriptor
-                # that close() is about to release, nor durable records whose
-                # appenders never hear back.
-                await run_to_completion(self._commit_group(parts, lengths, futures))
+                await self._commit_group(parts, lengths, futures)
         except asyncio.CancelledError:
             self._closing = True
             self._fail_queued(LogClosedError("ingest log writer was cancelled"))
@@ -260,35 +255,42 @@ class IngestLog:
     async def _commit_group(
         self, parts: list[bytes], lengths: list[int], futures: list[asyncio.Future[None]]
     ) -> None:
-        loop = asyncio.get_running_loop()
+        """Write, publish and answer one group as one step, then raise a cancellation met.
+
+        A cancellation must not leave a ``writev`` running on a descriptor
+        that ``close`` is about to release, nor durable records whose
+        appenders never hear back.
+        """
         first = self._durable_end
         size = sum(lengths)
+        cancelled: asyncio.CancelledError | None = None
         if self._failure is None:
-            try:
-                touched = await loop.run_in_executor(
-                    self._executor, self._writer.write_group, parts, lengths, first
-                )
-            except Exception as exc:  # any failure leaves the file state unknown
-                logger.error("ingest log write failed; refusing appends until reopened: %s", exc)
-                logger.debug("ingest log write failure", exc_info=exc)
-                self._failure = exc
+            write = self._group_thread.submit(self._loop, parts, lengths, first)
+            cancelled = await write.finished()
+            if write.error is not None:  # any failure leaves the file state unknown
+                error = write.error
+                logger.error("ingest log write failed; refusing appends until reopened: %s", error)
+                logger.debug("ingest log write failure", exc_info=error)
+                self._failure = error
                 self._wake_readers()
             else:
-                self._publish(touched, first + len(futures))
+                self._publish(write.touched, first + len(futures))
         self._pending_bytes -= size
         if self._failure is not None:
-            error = LogFailedError(f"ingest log write failed: {self._failure}")
+            failed = LogFailedError(f"ingest log write failed: {self._failure}")
             for future in futures:
                 if not future.done():
-                    future.set_exception(error)
-            return
-        self.stats.appends += len(futures)
-        self.stats.appended_bytes += size
-        self.stats.group_commits += 1
-        self.stats.largest_group = max(self.stats.largest_group, len(futures))
-        for future in futures:
-            if not future.done():
-                future.set_result(None)
+                    future.set_exception(failed)
+        else:
+            self.stats.appends += len(futures)
+            self.stats.appended_bytes += size
+            self.stats.group_commits += 1
+            self.stats.largest_group = max(self.stats.largest_group, len(futures))
+            for future in futures:
+                if not future.done():
+                    future.set_result(None)
+        if cancelled is not None:
+            raise cancelled
 
     def _fail_queued(self, error: Exception) -> None:
         futures, self._pending_futures = self._pending_futures, []
@@ -530,7 +532,7 @@ class IngestLog:
         finally:
             # The lock waits out a positions save in flight; the writer thread is idle.
             async with self._positions.lock:
-                self._executor.shutdown(wait=True)
+                self._group_thread.stop()
                 self._writer.close()
             self._new_data.set()
             self._closed.set()
