@@ -54,7 +54,6 @@ is muted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -250,12 +249,16 @@ class OtlpMetricsHandler:
         del data  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
         self._record(entities, payloads, len(body), loop_ns, now_ms)
-        failed = await self._append(
-            [
-                (_push_context(identity, user, address, port, now_ms), logged)
-                for identity, logged in zip(identities, payloads, strict=True)
-            ]
-        )
+        if len(payloads) == 1:
+            context = _push_context(identities[0], user, address, port, now_ms)
+            failed = await self._append_one(context, payloads[0])
+        else:
+            failed = await self._append(
+                [
+                    (_push_context(identity, user, address, port, now_ms), logged)
+                    for identity, logged in zip(identities, payloads, strict=True)
+                ]
+            )
         if not failed:
             return _accepted(is_json)
         if len(failed) == len(groups):
@@ -385,13 +388,7 @@ class OtlpMetricsHandler:
                 _, pending[index] = self._ingest.log.append_nowait(context, payload, codec, size)
             except Exception as error:
                 failed[index] = error
-        if len(pending) == 1:
-            # Every SDK request: its own record's future, awaited as is (asyncio.wait
-            # costs a waiter and two callbacks). Cancelling the handler cancels only
-            # that future; the log skips a done future and writes the record anyway.
-            with contextlib.suppress(Exception):  # read from the future below
-                await next(iter(pending.values()))
-        elif pending:
+        if pending:
             # asyncio.wait, not gather: one failed record must not end the wait
             # for the others.
             await asyncio.wait(pending.values())
@@ -400,6 +397,21 @@ class OtlpMetricsHandler:
             if outcome is not None:
                 failed[index] = outcome
         return dict(sorted(failed.items()))
+
+    async def _append_one(self, context: PushContext, logged: _Logged) -> dict[int, BaseException]:
+        """:meth:`_append` of one record (every SDK request): its future, awaited as is.
+
+        ``asyncio.wait`` would cost a waiter and two callbacks. Cancelling the
+        handler cancels only that future; the log skips a done future and
+        writes the record anyway.
+        """
+        payload, codec, size = logged
+        try:
+            _, durable = self._ingest.log.append_nowait(context, payload, codec, size)
+            await durable
+        except Exception as error:
+            return {0: error}
+        return {}
 
 
 def _parse(data: bytes, is_json: bool) -> ExportMetricsServiceRequest:
