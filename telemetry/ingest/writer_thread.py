@@ -35,20 +35,31 @@ logger = logging.getLogger(__name__)
 class GroupWrite:
     """One group's write on the writer thread, as the event loop sees it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, finish: Callable[[GroupWrite], None]
+    ) -> None:
         self.loop = loop
+        self._finish = finish
         self.done = False
         self.touched: list[SegmentState] = []
         self.error: BaseException | None = None
         self._waiter: asyncio.Future[None] = loop.create_future()
 
     def settle(self, touched: list[SegmentState], error: BaseException | None) -> None:
-        """On the loop: the thread finished the write (``error`` if it failed)."""
+        """On the loop: the thread finished the write (``error`` if it failed).
+
+        ``finish`` runs here, in the thread's report, not when the waiter
+        resumes a loop step later; an error in it goes to the loop's
+        exception handler, and the waiter is released all the same.
+        """
         self.done = True
         self.touched = touched
         self.error = error
-        if not self._waiter.done():
-            self._waiter.set_result(None)
+        try:
+            self._finish(self)
+        finally:
+            if not self._waiter.done():
+                self._waiter.set_result(None)
 
     async def finished(self) -> asyncio.CancelledError | None:
         """Wait until the write is over, through cancellations; return the last one.
@@ -82,9 +93,15 @@ class WriterThread:
         self._worker.start()
 
     def submit(
-        self, loop: asyncio.AbstractEventLoop, parts: list[bytes], lengths: list[int], first: int
+        self,
+        loop: asyncio.AbstractEventLoop,
+        parts: list[bytes],
+        lengths: list[int],
+        first: int,
+        finish: Callable[[GroupWrite], None],
     ) -> GroupWrite:
-        job = GroupWrite(loop)
+        """Queue one write; ``finish`` runs on ``loop`` as soon as it is over."""
+        job = GroupWrite(loop, finish)
         self._jobs.put((job, parts, lengths, first))
         return job
 

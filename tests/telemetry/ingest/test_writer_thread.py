@@ -11,7 +11,7 @@ import pytest
 
 from telemetry.ingest import IngestLog, LogClosedError, LogFailedError
 from telemetry.ingest.writer import SegmentWriter
-from telemetry.ingest.writer_thread import WriterThread
+from telemetry.ingest.writer_thread import GroupWrite, WriterThread
 from tests.telemetry.ingest.support import context, payload
 
 if TYPE_CHECKING:
@@ -101,12 +101,19 @@ def test_writes_run_in_submission_order_and_a_failure_does_not_stop_the_thread()
     async def run() -> None:
         thread = WriterThread(write_group, "test-writer")
         loop = asyncio.get_running_loop()
-        jobs = [thread.submit(loop, [], [], first) for first in range(3)]
+        finished: list[int] = []
+
+        def finish(job: GroupWrite) -> None:
+            finished.append(len(finished))
+            assert job.done
+
+        jobs = [thread.submit(loop, [], [], first, finish) for first in range(3)]
         for job in jobs:
             assert await asyncio.wait_for(job.finished(), 10) is None
         thread.stop()
         assert [job.error is None for job in jobs] == [True, False, True]
         assert isinstance(jobs[1].error, OSError)
+        assert finished == [0, 1, 2]
 
     asyncio.run(run())
     assert calls == [0, 1, 2]
@@ -127,14 +134,14 @@ def test_a_write_finishing_after_its_loop_closed_is_dropped_quietly(
     thread = WriterThread(write_group, "test-writer")
 
     async def submit_and_leave() -> None:
-        thread.submit(asyncio.get_running_loop(), [], [], 0)
+        thread.submit(asyncio.get_running_loop(), [], [], 0, lambda job: None)
         assert await asyncio.to_thread(entered.wait, 10)
 
     asyncio.run(submit_and_leave())
     release.set()
 
     async def next_write() -> None:
-        job = thread.submit(asyncio.get_running_loop(), [], [], 1)
+        job = thread.submit(asyncio.get_running_loop(), [], [], 1, lambda job: None)
         assert await asyncio.wait_for(job.finished(), 10) is None
         assert job.done and job.error is None
 
@@ -142,3 +149,42 @@ def test_a_write_finishing_after_its_loop_closed_is_dropped_quietly(
         asyncio.run(next_write())
     thread.stop()
     assert not caplog.records
+
+
+def test_an_error_in_finish_is_reported_to_the_loop_and_releases_the_waiter() -> None:
+    def write_group(parts: list[bytes], lengths: list[int], first: int) -> list[SegmentState]:
+        return []
+
+    def finish(job: GroupWrite) -> None:
+        raise ValueError("a bug in the bookkeeping")
+
+    reported: list[BaseException | None] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
+        thread = WriterThread(write_group, "test-writer")
+        job = thread.submit(loop, [], [], 0, finish)
+        assert await asyncio.wait_for(job.finished(), 10) is None
+        thread.stop()
+
+    asyncio.run(run())
+    assert len(reported) == 1
+    assert isinstance(reported[0], ValueError)
+
+
+async def test_appends_of_the_step_after_the_writer_wakes_join_its_group(tmp_path: Path) -> None:
+    """The writer lets the loop run one step before it takes a group."""
+    log = await IngestLog.open(tmp_path)
+    await log.append(context(0), payload(0))  # the writer is idle again after this group
+    groups_before = log.stats.group_commits
+    loop = asyncio.get_running_loop()
+    appended: list[asyncio.Future[None]] = []
+    _, first = log.append_nowait(context(1), payload(1))  # wakes the writer
+    loop.call_soon(lambda: appended.append(log.append_nowait(context(2), payload(2))[1]))
+    await asyncio.wait_for(first, 10)
+    assert appended
+    await asyncio.wait_for(appended[0], 10)
+    assert log.stats.group_commits == groups_before + 1
+    assert log.stats.largest_group >= 2
+    await log.close()
