@@ -10,6 +10,7 @@ principal the way Kafka's ``DefaultKafkaPrincipalBuilder`` writes it:
 
 from __future__ import annotations
 
+import functools
 import ssl
 from typing import TYPE_CHECKING
 
@@ -41,4 +42,11 @@ def certificate_principal_name(ssl_object: ssl.SSLObject | ssl.SSLSocket | None)
     der = ssl_object.getpeercert(binary_form=True)
     if not der:
         return None
+    return _subject_name(der)
+
+
+@functools.lru_cache(maxsize=1024)
+def _subject_name(der: bytes) -> str:
+    """Memoised by the certificate's bytes: the HTTP listener asks on every request of a
+    connection, and parsing a certificate costs about 10 µs."""
     return x509.load_der_x509_certificate(der).subject.rfc4514_string()
