@@ -20,10 +20,12 @@ import tomllib
 from mypyc.build import mypycify
 from setuptools import setup
 
-#: The build environment has mypy but not the runtime dependencies: what it
-#: cannot import is typed Any (checked at run time by the callee), and only
-#: the compiled modules' own errors stop the build. `mypy` itself, with
-#: every dependency installed, is the type check (scripts/check.sh).
+#: The build environment has mypy and the libraries the compiled modules
+#: import (pyproject.toml's build requirements), not every runtime
+#: dependency: what it cannot import is typed Any (checked at run time by
+#: the callee), and only the compiled modules' own errors stop the build.
+#: `mypy` itself, with every dependency installed, is the type check
+#: (scripts/check.sh).
 _MYPY_ARGS = [
     "--config-file=pyproject.toml",
     "--ignore-missing-imports",

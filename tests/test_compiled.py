@@ -5,9 +5,15 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.machinery
+import importlib.metadata
 import os
 import shutil
+import sys
+import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT, compiled_sources, stale_extensions
 
@@ -51,3 +57,30 @@ def test_no_compiled_function_reuses_an_except_name_for_another_type() -> None:
                 f"{source.name}:{function.name}:{name}" for name, t in types.items() if len(t) > 1
             ]
     assert reused == []
+
+
+def _imported_top_levels(source: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_the_build_environment_has_what_the_compiled_modules_import() -> None:
+    """A library mypy cannot see in the build is typed Any, which fails the build on a fresh
+    machine (a class based on it, an Any returned) and compiles untyped calls elsewhere."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        requires = tomllib.load(file)["build-system"]["requires"]
+    required = {canonicalize_name(Requirement(spec).name) for spec in requires}
+    first_party = {"telemetry", "quotas", "exporters", "durable", "spark_jobs", "report"}
+    providers = importlib.metadata.packages_distributions()
+    missing = set()
+    for source in compiled_sources():
+        for name in _imported_top_levels(source) - first_party - set(sys.stdlib_module_names):
+            dists = {canonicalize_name(dist) for dist in providers.get(name, [name])}
+            if not dists & required:
+                missing.add(f"{source.relative_to(ROOT)}: {name} ({', '.join(sorted(dists))})")
+    assert sorted(missing) == []
