@@ -10,7 +10,8 @@ encoder). For each size, in one run on the same machine:
    empty ``ExportMetricsServiceResponse``, under closed-loop load
    (``--concurrency`` requests in flight);
 2. **kip714**: ``kip714 serve`` (a subprocess; durable ingest log, the
-   Iceberg landing on, its default exporter) under the same load; with
+   Iceberg landing on, its default exporter) under the same load, a fresh
+   server on an empty data directory for every closed loop; with
    ``--exporters none`` the acknowledgement path alone, as ``ack_bench``
    measures the Kafka door (the landing's workers otherwise take their
    share of the same two cores);
@@ -46,6 +47,7 @@ import contextlib
 import multiprocessing
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -79,6 +81,7 @@ from exporters.parquet.fast import flatten_fast
 from exporters.parquet.flatten import flatten_to_table
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from multiprocessing.context import SpawnProcess
 
 HOST: Final = "127.0.0.1"
@@ -297,16 +300,52 @@ def profile_stages(
     print(f"  stage profile written to {path} (and .json)")
 
 
+class FreshServers:
+    """``kip714 serve`` processes, each on an empty data directory, removed once it stops.
+
+    Every closed loop gets a new server, and the last one's data leaves the
+    page cache: with no exporter the log is never consumed nor deleted, so
+    it grew by about 0.5 GB a loop, and once the page cache had grown past
+    what this machine keeps warm each fsync cost the writer thread four
+    times the CPU (docs/architecture.md). A share measured then depended on
+    the loops run before it, not on its request size.
+    """
+
+    def __init__(self, root: Path, exporters: str, profile_to: Path | None) -> None:
+        self.root = root
+        self.exporters = exporters
+        self.profile_to = profile_to
+        self.started = 0
+        #: Rows the default landing committed, summed over the servers stopped so far.
+        self.landed = 0
+
+    @contextlib.contextmanager
+    def fresh(self) -> Iterator[Kip714Server]:
+        self.started += 1
+        workdir = self.root / f"server-{self.started}"
+        workdir.mkdir()
+        server = Kip714Server(
+            workdir, cache_size=16_384, exporters=self.exporters, profile_to=self.profile_to
+        )
+        try:
+            server.start()
+            yield server
+        finally:
+            server.stop()
+            if self.exporters == "default":
+                self.landed += landed_rows(workdir / "data")
+            shutil.rmtree(workdir)
+
+
 def measure(
     args: argparse.Namespace,
-    server: Kip714Server,
+    servers: FreshServers,
     noop: tuple[int, int],
     kind: str,
     body: bytes,
 ) -> bool:
     """One request size: the no-op, kip714 closed, then kip714 at half (or its profile)."""
     noop_pid, noop_port = noop
-    kip714_url = f"http://{HOST}:{server.http_port}{ROUTE}"
     points = sum(
         len(getattr(m, m.WhichOneof("data")).data_points)
         for r in ExportMetricsServiceRequest.FromString(body).resource_metrics
@@ -325,31 +364,22 @@ def measure(
         ceiling = run_load(f"http://{HOST}:{noop_port}{ROUTE}", body, *timing)
         noop_us = (_process_cpu_seconds(noop_pid) - noop_before) / max(ceiling.ok, 1) * 1e6
         print(_line("ceiling (aiohttp no-op)", ceiling))
-        before = (server.cpu_seconds(), _children_cpu_seconds(server), server.thread_cpu_seconds())
-        closed = run_load(kip714_url, body, *timing)
-        requests = max(closed.ok + closed.failed, 1)
-        serving_us = (server.cpu_seconds() - before[0]) / requests * 1e6
-        landing_us = (_children_cpu_seconds(server) - before[1]) / requests * 1e6
-        loop_us, threads_us = (
-            (after - earlier) / requests * 1e6
-            for after, earlier in zip(server.thread_cpu_seconds(), before[2], strict=True)
-        )
-        print(_line("kip714", closed))
-        print(
-            f"  kip714 CPU per request: {serving_us:,.0f} µs in the server process (event loop"
-            f" {loop_us:,.0f} µs), {landing_us:,.0f} µs in the landing's workers;"
-            f" the aiohttp no-op's {noop_us:,.0f} µs"
-        )
-        shares.append(closed.rate / ceiling.rate if ceiling.rate else 0.0)
-        rates.append(closed.rate)
-        closed_failed += closed.failed
-    if args.profile:
-        profile_stages(
-            args, server, kip714_url, body, kind.split("-", maxsplit=1)[0], (loop_us, threads_us)
-        )
-        return True
-    rate = statistics.median(rates)
-    half = run_load(kip714_url, body, args.concurrency, rate / 2, args.warmup, args.duration)
+        with servers.fresh() as server:
+            kip714_url = f"http://{HOST}:{server.http_port}{ROUTE}"
+            closed, (loop_us, threads_us) = closed_loop(server, kip714_url, body, timing, noop_us)
+            shares.append(closed.rate / ceiling.rate if ceiling.rate else 0.0)
+            rates.append(closed.rate)
+            closed_failed += closed.failed
+            if round_number < args.rounds:
+                continue
+            if args.profile:
+                kind_name = kind.split("-", maxsplit=1)[0]
+                profile_stages(args, server, kip714_url, body, kind_name, (loop_us, threads_us))
+                return True
+            rate = statistics.median(rates)
+            half = run_load(
+                kip714_url, body, args.concurrency, rate / 2, args.warmup, args.duration
+            )
     print(_line("kip714 at half rate", half))
     # The median of the rounds: one closed loop's share moves by a few points run to run.
     share = statistics.median(shares)
@@ -363,6 +393,35 @@ def measure(
         f"{p99 * 1000:.2f} ms (target < 20 ms): {'met' if passed else 'NOT met'}"
     )
     return passed and not (closed_failed or half.failed)
+
+
+def closed_loop(
+    server: Kip714Server,
+    url: str,
+    body: bytes,
+    timing: tuple[int, float, float, float],
+    noop_us: float,
+) -> tuple[LoadResult, tuple[float, float]]:
+    """kip714's closed loop, with its CPU per request and its group commits printed."""
+    metrics_before = server.metrics()
+    before = (server.cpu_seconds(), _children_cpu_seconds(server), server.thread_cpu_seconds())
+    closed = run_load(url, body, *timing)
+    requests = max(closed.ok + closed.failed, 1)
+    syncs = _sync_line(metrics_before, server.metrics(), requests)
+    serving_us = (server.cpu_seconds() - before[0]) / requests * 1e6
+    landing_us = (_children_cpu_seconds(server) - before[1]) / requests * 1e6
+    loop_us, threads_us = (
+        (after - earlier) / requests * 1e6
+        for after, earlier in zip(server.thread_cpu_seconds(), before[2], strict=True)
+    )
+    print(_line("kip714", closed))
+    print(
+        f"  kip714 CPU per request: {serving_us:,.0f} µs in the server process (event loop"
+        f" {loop_us:,.0f} µs), {landing_us:,.0f} µs in the landing's workers;"
+        f" the aiohttp no-op's {noop_us:,.0f} µs"
+    )
+    print(syncs)
+    return closed, (loop_us, threads_us)
 
 
 def flatten_costs(bodies: dict[str, bytes], batch: int = COALESCE_PUSHES) -> bool:
@@ -407,6 +466,26 @@ def flatten_costs(bodies: dict[str, bytes], batch: int = COALESCE_PUSHES) -> boo
             verdict = "met" if met else "NOT met"
             print(f"    target <= {TARGET_FLATTEN_US:.0f} µs per 64-point request: {verdict}")
     return met
+
+
+def _sync_line(before: dict[str, float], after: dict[str, float], requests: int) -> str:
+    """The log's group commits in a closed loop (warm-up included, as the CPU figures).
+
+    At 32 in flight the share follows the group size: fewer requests per
+    fsync mean more syncs, each taking the writer thread's CPU and a core.
+    """
+    count = after.get("kip714_log_fsync_seconds_count", 0.0) - before.get(
+        "kip714_log_fsync_seconds_count", 0.0
+    )
+    seconds = after.get("kip714_log_fsync_seconds_sum", 0.0) - before.get(
+        "kip714_log_fsync_seconds_sum", 0.0
+    )
+    if count <= 0:
+        return "  kip714 log: no fsync in the window"
+    return (
+        f"  kip714 log: {count:,.0f} fsyncs (avg {seconds / count * 1000:.2f} ms),"
+        f" {requests / count:.1f} requests each"
+    )
 
 
 def _line(label: str, result: LoadResult) -> str:
@@ -478,21 +557,16 @@ def main(argv: list[str] | None = None) -> int:
         if profile_to is not None:
             profile_to.parent.mkdir(parents=True, exist_ok=True)
             profile_to.unlink(missing_ok=True)
-        server = Kip714Server(
-            Path(workdir), cache_size=16_384, exporters=args.exporters, profile_to=profile_to
-        )
+        servers = FreshServers(Path(workdir), args.exporters, profile_to)
         try:
-            server.start()
             assert noop.pid is not None
             for kind, body in bodies.items():
-                ok = measure(args, server, (noop.pid, noop_port), kind, body) and ok
+                ok = measure(args, servers, (noop.pid, noop_port), kind, body) and ok
         finally:
-            server.stop()
             noop.terminate()
             noop.join(timeout=10)
         if args.exporters == "default":
-            landed = landed_rows(Path(workdir) / "data")
-            print(f"\nlanded rows (Iceberg, after SIGTERM): {landed:,}")
+            print(f"\nlanded rows (Iceberg, after SIGTERM, every server): {servers.landed:,}")
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
     return 0 if ok else 1
