@@ -303,12 +303,13 @@ def profile_stages(
 class FreshServers:
     """``kip714 serve`` processes, each on an empty data directory, removed once it stops.
 
-    Every closed loop gets a new server, and the last one's data leaves the
-    page cache: with no exporter the log is never consumed nor deleted, so
-    it grew by about 0.5 GB a loop, and once the page cache had grown past
-    what this machine keeps warm each fsync cost the writer thread four
-    times the CPU (docs/architecture.md). A share measured then depended on
-    the loops run before it, not on its request size.
+    Every closed loop gets a new server, and removing the directory takes
+    its log out of the page cache. With no exporter nothing consumes or
+    deletes the log: on one server it grew by about 0.5 GB a loop, and once
+    the page cache had grown past what this machine keeps warm, each fsync
+    cost the writer thread four times the CPU (docs/architecture.md). A
+    share measured then depended on the loops run before it, not on its
+    request size.
     """
 
     def __init__(self, root: Path, exporters: str, profile_to: Path | None) -> None:
