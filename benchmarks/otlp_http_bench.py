@@ -472,15 +472,15 @@ def flatten_costs(bodies: dict[str, bytes], batch: int = COALESCE_PUSHES) -> boo
 def _sync_line(before: dict[str, float], after: dict[str, float], requests: int) -> str:
     """The log's group commits in a closed loop (warm-up included, as the CPU figures).
 
-    At 32 in flight the share follows the group size: fewer requests per
-    fsync mean more syncs, each taking the writer thread's CPU and a core.
+    Each fsync takes the writer thread's CPU on one of the two cores, so
+    smaller groups or dearer fsyncs show here before they show in the share.
     """
-    count = after.get("kip714_log_fsync_seconds_count", 0.0) - before.get(
-        "kip714_log_fsync_seconds_count", 0.0
-    )
-    seconds = after.get("kip714_log_fsync_seconds_sum", 0.0) - before.get(
-        "kip714_log_fsync_seconds_sum", 0.0
-    )
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    count = delta("kip714_log_fsync_seconds_count")
+    seconds = delta("kip714_log_fsync_seconds_sum")
     if count <= 0:
         return "  kip714 log: no fsync in the window"
     return (
