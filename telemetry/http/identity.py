@@ -34,17 +34,19 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
 from telemetry.core.client_uuid import Uuid
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 __all__ = [
     "OTLP_INSTANCE_NAMESPACE",
     "IdentityCache",
+    "InvalidResourceError",
     "OtlpIdentity",
     "derive_identity",
 ]
@@ -112,12 +114,18 @@ def derive_identity(attributes: Iterable[KeyValue], source_address: str) -> Otlp
     )
 
 
+class InvalidResourceError(Exception):
+    """A resource's encoding does not decode."""
+
+
 class IdentityCache:
     """:func:`derive_identity` memoised per (resource encoding, source address).
 
-    A sender repeats its resource on every request; deriving costs a SHA-1
-    and a pass over the attributes, the lookup one serialization. Bounded:
-    the least recently used entries go.
+    A sender repeats its resource, byte for byte, on every request: the
+    encoding as sent is the key, so a request whose identity is cached decodes
+    nothing (deriving costs a decode, a pass over the attributes and a SHA-1).
+    Only an encoding that decoded is cached. Bounded: the least recently used
+    entries go.
     """
 
     def __init__(self, maxsize: int = 4096) -> None:
@@ -128,19 +136,33 @@ class IdentityCache:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def holds(self, resource: Resource, source_address: str) -> bool:
+    def holds(self, resource: bytes, source_address: str) -> bool:
         """Whether the identity of ``resource`` from ``source_address`` is cached (no reorder)."""
-        return (resource.SerializeToString(deterministic=True), source_address) in self._cache
+        return (resource, source_address) in self._cache
 
-    def identity(self, resource: Resource, source_address: str) -> OtlpIdentity:
-        key = (resource.SerializeToString(deterministic=True), source_address)
+    def identity(self, resource: bytes, source_address: str) -> OtlpIdentity:
+        """The identity of the encoded ``Resource`` sent from ``source_address``.
+
+        Raises:
+            InvalidResourceError: ``resource`` does not decode.
+        """
+        key = (resource, source_address)
         cache = self._cache
         found = cache.get(key)
         if found is not None:
             cache.move_to_end(key)
             return found
-        found = derive_identity(resource.attributes, source_address)
+        found = derive_identity(_decoded(resource).attributes, source_address)
         cache[key] = found
         if len(cache) > self._maxsize:
             cache.popitem(last=False)
         return found
+
+
+def _decoded(resource: bytes) -> Resource:
+    decoded = Resource()
+    try:
+        decoded.ParseFromString(resource)
+    except Exception as undecodable:  # upb raises DecodeError, deep nesting included
+        raise InvalidResourceError(str(undecodable)) from None
+    return decoded

@@ -9,7 +9,8 @@ answers them:
   request is durably logged; with ``partial_success`` when some resources
   were logged and others refused (their data points are counted as
   rejected, and the sender must not retry them).
-* 400 for a body that does not decode (encoding, protobuf or JSON), 413 for
+* 400 for a body that does not decode (its encoding, the JSON, or the
+  protobuf down to each resource: below), 413 for
   a body over ``telemetry.max_bytes`` as sent or over
   ``telemetry.max_decompressed_bytes`` decoded, 415 for another content type
   (plain text, as the Collector answers) or an unknown ``Content-Encoding``.
@@ -29,6 +30,12 @@ the sender's request quota (its principal, client id ``""``: the body named
 no identity) for the time spent on it, as any request is.
 
 Error bodies are a ``google.rpc.Status`` in the request's content type.
+
+A protobuf body is read as wire format down to its resources, which are
+decoded whole; its metrics are left encoded for the landing, which decodes
+them anyway (:mod:`telemetry.http.otlp_wire`), so a body whose metrics do not
+decode is logged, and the landing skips and counts it, as it does a
+PushTelemetry payload that is not OTLP. A JSON body is parsed whole.
 
 Each resource gets its KIP-714 identity from its attributes
 (:mod:`telemetry.http.identity`); a request whose resources have one identity
@@ -76,8 +83,14 @@ from telemetry.http.content import (
     read_body,
     sent_codec,
 )
-from telemetry.http.identity import IdentityCache, OtlpIdentity
+from telemetry.http.identity import IdentityCache, InvalidResourceError, OtlpIdentity
 from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
+from telemetry.http.otlp_wire import (
+    WireResourceMetrics,
+    encode_request,
+    parse_request,
+    resource_bytes,
+)
 from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
@@ -209,23 +222,24 @@ class OtlpMetricsHandler:
         ingest = self._ingest
         user = request_user(request)
         encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
-        started_ns = time.perf_counter_ns()
+        began_ns = started_ns = time.perf_counter_ns()
+        loop_ns = 0  # the event loop's time before started_ns
         try:
             # Inline first, without a coroutine: the usual body is small.
             inline = self._decode_inline(encoding, body, is_json, held)
-            loop_ns = time.perf_counter_ns() - started_ns
             if inline is None:
-                data, export = await self._decode_on_thread(encoding, body, is_json, held)
+                loop_ns = time.perf_counter_ns() - started_ns
+                decoded = await self._decode_on_thread(encoding, body, is_json, held)
+                started_ns = time.perf_counter_ns()
             else:
-                data, export = inline
+                decoded = inline
+            address, port = peer(request)
+            groups = self._grouped(decoded.resources, address or "")
         except _RefusedError as refusal:
             if refusal.status == 400:  # a malformed body costs its sender like any request
-                spent_ns = time.perf_counter_ns() - started_ns
+                spent_ns = time.perf_counter_ns() - began_ns
                 ingest.quotas.finish_request(ClientEntity(user, ""), spent_ns, ingest.clock())
             raise
-        started_ns = time.perf_counter_ns()
-        address, port = peer(request)
-        groups = self._grouped(export.resource_metrics, address or "")
         if not groups:
             return _accepted(is_json)
         identities = [identity for identity, _ in groups]
@@ -237,16 +251,13 @@ class OtlpMetricsHandler:
         if len(groups) == 1 and not is_json and codec is not None:
             # Every SDK request: log the body as sent, compressed as it came
             # (the log decompresses on read), not its decoded copy.
-            payloads = [(body, codec, len(data))]
+            payloads = [(body, codec, len(decoded.encoded))]
         elif len(groups) == 1:
             # The JSON form re-encoded, or a body in an encoding Kafka has no id for.
-            payloads = [_uncompressed(export.SerializeToString() if is_json else data)]
+            payloads = [_uncompressed(decoded.encoded)]
         else:
-            payloads = [
-                _uncompressed(MetricsData(resource_metrics=resources).SerializeToString())
-                for _, resources in groups
-            ]
-        del data  # what is logged is in payloads; the decoded copy need not wait for the fsync
+            payloads = [_uncompressed(encode_request(resources)) for _, resources in groups]
+        del decoded  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
         self._record(entities, payloads, len(body), loop_ns, now_ms)
         if len(payloads) == 1:
@@ -265,7 +276,7 @@ class OtlpMetricsHandler:
             raise _log_refusal(next(iter(failed.values())))
         response = ExportMetricsServiceResponse()
         response.partial_success.rejected_data_points = sum(
-            count_data_points(groups[index][1]) for index in failed
+            _data_points(payloads[index][0]) for index in failed
         )
         response.partial_success.error_message = (
             f"{len(failed)} of {len(groups)} resources were not logged: "
@@ -274,20 +285,30 @@ class OtlpMetricsHandler:
         return _message_response(response, is_json)
 
     def _grouped(
-        self, resources: Sequence[ResourceMetrics], address: str
-    ) -> list[tuple[OtlpIdentity, list[ResourceMetrics]]]:
-        """The resources by identity, in the order each identity first appears."""
-        if len(resources) == 1:  # every SDK request: nothing to group, no identity hashed
-            return [(self._identities.identity(resources[0].resource, address), [resources[0]])]
-        groups: dict[OtlpIdentity, list[ResourceMetrics]] = {}
-        for resource in resources:
-            identity = self._identities.identity(resource.resource, address)
-            groups.setdefault(identity, []).append(resource)
+        self, resources: Sequence[WireResourceMetrics], address: str
+    ) -> list[tuple[OtlpIdentity, list[WireResourceMetrics]]]:
+        """The resources by identity, in the order each identity first appears.
+
+        A 400 for a resource that does not decode (the rest of the request
+        may have been read as wire format only: :mod:`telemetry.http.otlp_wire`).
+        """
+        identities = self._identities
+        try:
+            if len(resources) == 1:  # every SDK request: nothing to group, no identity hashed
+                only = resources[0]
+                return [(identities.identity(resource_bytes(only), address), [only])]
+            groups: dict[OtlpIdentity, list[WireResourceMetrics]] = {}
+            for resource in resources:
+                identity = identities.identity(resource_bytes(resource), address)
+                groups.setdefault(identity, []).append(resource)
+        except InvalidResourceError as invalid:
+            message = f"invalid OTLP protobuf: a resource does not decode: {invalid}"
+            raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
         return list(groups.items())
 
     def _decode_inline(
         self, encoding: str, body: bytes, is_json: bool, held: HeldMemory | None
-    ) -> tuple[bytes, ExportMetricsServiceRequest] | None:
+    ) -> _Decoded | None:
         """The decoded body and its parse, on the loop; ``None`` if it is for the thread.
 
         Up to 64 KiB as sent and decoded, on the loop; beyond, decompression
@@ -305,11 +326,11 @@ class OtlpMetricsHandler:
             return None
         if held is not None and inline is not body:
             held.add(len(inline))
-        return inline, _parse(inline, is_json)
+        return _parse(inline, is_json)
 
     async def _decode_on_thread(
         self, encoding: str, body: bytes, is_json: bool, held: HeldMemory | None
-    ) -> tuple[bytes, ExportMetricsServiceRequest]:
+    ) -> _Decoded:
         """The decoded body and its parse, from the one decoding thread.
 
         A compressed body queues for that thread only once it holds
@@ -329,7 +350,7 @@ class OtlpMetricsHandler:
             raise _memory_refusal(memory.wait_s)
         loop = asyncio.get_running_loop()
         try:
-            data, export = await loop.run_in_executor(
+            decoded = await loop.run_in_executor(
                 self._decoder, _decode_and_parse, encoding, body, max_decoded, is_json
             )
         except BaseException:
@@ -337,8 +358,8 @@ class OtlpMetricsHandler:
                 held.add(-reserved)
             raise
         if held is not None:
-            held.add((len(data) if data is not body else 0) - reserved)
-        return data, export
+            held.add((len(decoded.data) if decoded.data is not body else 0) - reserved)
+        return decoded
 
     def _refuse_if_muted(self, entities: Sequence[ClientEntity], now_ms: int) -> None:
         """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
@@ -414,21 +435,50 @@ class OtlpMetricsHandler:
         return {}
 
 
-def _parse(data: bytes, is_json: bool) -> ExportMetricsServiceRequest:
-    export = ExportMetricsServiceRequest()
+class _Decoded:
+    """A body decoded: ``data`` as decoded, ``encoded`` its protobuf form, and its resources.
+
+    ``encoded`` is ``data`` itself for a protobuf body, the re-encoded
+    request for a JSON one. A plain class: compiled code evaluates a
+    dataclass's annotations at import, and ``Sequence`` is imported for
+    type checking only.
+    """
+
+    def __init__(
+        self, data: bytes, encoded: bytes, resources: Sequence[WireResourceMetrics]
+    ) -> None:
+        self.data = data
+        self.encoded = encoded
+        self.resources = resources
+
+
+def _parse(data: bytes, is_json: bool) -> _Decoded:
+    """The body's resources: a protobuf body read down to them, a JSON body parsed whole."""
+    encoded = data
     if is_json:
+        export = ExportMetricsServiceRequest()
         try:
             parse_json(data, export)
         except OtlpJsonError as error:
             raise _RefusedError(400, _INVALID_ARGUMENT, f"invalid OTLP/JSON: {error}") from None
-    else:
-        try:
-            export.ParseFromString(data)
-        except Exception as undecodable:  # upb raises DecodeError, deep nesting included
-            # One name per except clause: compiled code types each by its first use.
-            message = f"invalid OTLP protobuf: {undecodable}"
-            raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
-    return export
+        encoded = export.SerializeToString()
+    try:
+        resources = parse_request(encoded)
+    except Exception as undecodable:  # upb raises DecodeError, deep nesting included
+        # One name per except clause: compiled code types each by its first use.
+        message = f"invalid OTLP protobuf: {undecodable}"
+        raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
+    return _Decoded(data, encoded, resources)
+
+
+def _data_points(encoded: bytes) -> int:
+    """The data points of an encoded ``MetricsData``; 0 if its metrics do not decode."""
+    data = MetricsData()
+    try:
+        data.ParseFromString(encoded)
+    except Exception:  # upb raises DecodeError: nothing in it can be counted
+        return 0
+    return count_data_points(data.resource_metrics)
 
 
 def _entity(user: str, identity: OtlpIdentity) -> ClientEntity:
@@ -454,12 +504,9 @@ def _decode(encoding: str, body: bytes, max_decompressed: int) -> bytes:
         raise _RefusedError(400, _INVALID_ARGUMENT, str(invalid)) from None
 
 
-def _decode_and_parse(
-    encoding: str, body: bytes, max_decompressed: int, is_json: bool
-) -> tuple[bytes, ExportMetricsServiceRequest]:
+def _decode_and_parse(encoding: str, body: bytes, max_decompressed: int, is_json: bool) -> _Decoded:
     """On the worker thread: decode and parse one body."""
-    data = _decode(encoding, body, max_decompressed)
-    return data, _parse(data, is_json)
+    return _parse(_decode(encoding, body, max_decompressed), is_json)
 
 
 def _memory_refusal(wait_s: float) -> _RefusedError:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from telemetry.core.client_uuid import Uuid
-from telemetry.http.identity import IdentityCache, derive_identity
+from telemetry.http.identity import IdentityCache, InvalidResourceError, derive_identity
 
 NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")
 
@@ -52,18 +53,23 @@ def test_only_string_attributes_count_and_absent_ones_stay_null() -> None:
     assert str(identity.client_instance_id) == kafka_text("source.address\x00\x00\x00192.0.2.7")
 
 
+def encoded(**values: str | int) -> bytes:
+    return bytes(Resource(attributes=attributes(**values)).SerializeToString())
+
+
 def test_the_cache_gives_the_derived_identity_per_resource_and_address() -> None:
     cache = IdentityCache(maxsize=2)
-    one = Resource(attributes=attributes(service_name="a"))
-    two = Resource(attributes=attributes(service_name="b"))
-    assert cache.identity(one, "10.0.0.1") == derive_identity(one.attributes, "10.0.0.1")
+    one, two = encoded(service_name="a"), encoded(service_name="b")
+    assert cache.identity(one, "10.0.0.1") == derive_identity(
+        attributes(service_name="a"), "10.0.0.1"
+    )
     assert cache.identity(one, "10.0.0.2") != cache.identity(one, "10.0.0.1")
     assert cache.identity(two, "10.0.0.1").client_id == "b"
 
 
 def test_the_cache_keeps_its_bound_and_drops_the_least_recently_used() -> None:
     cache = IdentityCache(maxsize=2)
-    one, two, three = (Resource(attributes=attributes(service_name=n)) for n in "abc")
+    one, two, three = (encoded(service_name=n) for n in "abc")
     cache.identity(one, "10.0.0.1")
     cache.identity(two, "10.0.0.1")
     cache.identity(one, "10.0.0.1")  # one is now the most recently used
@@ -72,3 +78,31 @@ def test_the_cache_keeps_its_bound_and_drops_the_least_recently_used() -> None:
     assert cache.holds(one, "10.0.0.1")
     assert not cache.holds(two, "10.0.0.1")
     assert cache.holds(three, "10.0.0.1")
+
+
+def test_a_resource_sent_in_two_parts_has_the_identity_of_the_two_merged() -> None:
+    """Protobuf merges a message field sent twice; the encodings joined decode as that merge."""
+    merged = encoded(service_name="a", service_instance_id="i")
+    parts = encoded(service_name="a") + encoded(service_instance_id="i")
+    assert IdentityCache().identity(parts, "10.0.0.1") == derive_identity(
+        Resource.FromString(merged).attributes, "10.0.0.1"
+    )
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        b"\x0a\x05\x0a\x03a",  # an attribute cut short
+        # service.name's key as invalid UTF-8: upb checks proto3 strings
+        bytes(Resource(attributes=attributes(service_name="a")).SerializeToString()).replace(
+            b"service", b"servic\xff"
+        ),
+        b"\x0b",  # a group start, never closed
+    ],
+    ids=["truncated", "invalid-utf8", "open-group"],
+)
+def test_a_resource_that_does_not_decode_is_refused_and_not_cached(resource: bytes) -> None:
+    cache = IdentityCache()
+    with pytest.raises(InvalidResourceError):
+        cache.identity(resource, "10.0.0.1")
+    assert len(cache) == 0

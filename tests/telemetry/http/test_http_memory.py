@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 import aiohttp
+import pytest
 
 from tests.telemetry.serve_process import ServeProcess
 from tests.telemetry.server_support import running
@@ -93,7 +94,19 @@ async def test_forty_compressed_json_bombs_stay_under_the_pool_plus_100_mib(
     assert (peak_kib - baseline_kib) * 1024 < POOL + 100 * MIB, (baseline_kib, peak_kib)
 
 
-async def test_a_malformed_body_is_charged_to_its_sender(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("malformed_body", "content_type"),
+    [
+        (b'{"resourceMetrics": [', "application/json"),
+        (b"\xff\xff\xff", "application/x-protobuf"),
+        # a ResourceMetrics whose resource is cut short: the request reads, the resource does not
+        (b"\x0a\x04\x0a\x02\x0a\x05", "application/x-protobuf"),
+    ],
+    ids=["json", "protobuf", "protobuf-resource"],
+)
+async def test_a_malformed_body_is_charged_to_its_sender(
+    tmp_path: Path, malformed_body: bytes, content_type: str
+) -> None:
     """The body named nobody, so its principal with client id "" pays, as a Kafka request would."""
     config = '[[quotas.clients]]\nuser = "ANONYMOUS"\nrequest_percentage = 1e-9\n'
     nameless = json.dumps({"resourceMetrics": [{"resource": {}, "scopeMetrics": []}]}).encode()
@@ -102,7 +115,8 @@ async def test_a_malformed_body_is_charged_to_its_sender(tmp_path: Path) -> None
         assert server.http_address is not None
         url = f"http://{server.http_address[0]}:{server.http_address[1]}/v1/metrics"
         async with aiohttp.ClientSession() as session:
-            async with session.post(url, data=b'{"resourceMetrics": [', headers=headers) as r:
+            sent_as = {"Content-Type": content_type}
+            async with session.post(url, data=malformed_body, headers=sent_as) as r:
                 malformed = r.status
             async with session.post(url, data=nameless, headers=headers) as r:
                 after = r.status, r.headers.get("Retry-After")

@@ -22,6 +22,7 @@ import cramjam
 import lz4.frame
 import pytest
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -368,6 +369,84 @@ ZEROS = bytes(4 * 1024 * 1024)
 # Snappy compresses at most ~21:1, so its bomb is smaller to stay under MAX_BYTES.
 SNAPPY_BOMB = snappy_framed(bytes(1024 * 1024))
 BOMB = f"the limit of {MAX_DECOMPRESSED} bytes"
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def length_delimited(number: int, value: bytes) -> bytes:
+    """One protobuf field of wire type 2 (LEN): tag, length, bytes."""
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def sdk_resource() -> bytes:
+    attributes = [KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in SDK_RESOURCE.items()]
+    return bytes(Resource(attributes=attributes).SerializeToString())
+
+
+#: Field 17 as LEN, then a length past the end: no protobuf decoder reads it.
+NOT_A_SCOPE = b"\x8a\xff not a ScopeMetrics"
+
+
+async def test_metrics_are_logged_as_sent_and_left_to_the_landing_to_decode(
+    server: HttpServer,
+) -> None:
+    """Only the resources are decoded on the request path (telemetry.http.otlp_wire)."""
+    body = length_delimited(
+        1, length_delimited(1, sdk_resource()) + length_delimited(2, NOT_A_SCOPE)
+    )
+    with pytest.raises(DecodeError):
+        MetricsData.FromString(body)  # what the landing meets: it skips and counts the push
+    status, _, answer = await post(server, body, PROTOBUF)
+    assert status == 200
+    assert not ExportMetricsServiceResponse.FromString(answer).HasField("partial_success")
+    [logged] = await server.pushes()
+    assert logged.payload == body
+    assert (logged.client_id, logged.client_software_name) == ("checkout", "opentelemetry-python")
+
+
+async def test_a_resource_that_does_not_decode_refuses_the_whole_request(
+    server: HttpServer,
+) -> None:
+    # service.name's key made invalid UTF-8, which proto3 strings may not hold
+    broken = sdk_resource().replace(b"service.name", b"service\xffname")
+    good = resource_metrics({"service.name": "good"}, "g")
+    body = otlp_request(good) + length_delimited(1, length_delimited(1, broken))
+    status, headers, answer = await post(server, body, PROTOBUF)
+    assert status == 400
+    assert headers["Content-Type"] == "application/x-protobuf"
+    refusal = Status.FromString(answer)
+    assert refusal.code == 3
+    assert "a resource does not decode" in refusal.message
+    assert await server.pushes() == []
+
+
+async def test_a_resource_sent_in_two_parts_lands_with_the_identity_of_both(
+    server: HttpServer,
+) -> None:
+    """Protobuf merges a message field sent twice; the identity is the merged resource's."""
+    first, second = (
+        bytes(
+            Resource(
+                attributes=[KeyValue(key=k, value=AnyValue(string_value=v))]
+            ).SerializeToString()
+        )
+        for k, v in (("service.name", "split"), ("service.instance.id", "7"))
+    )
+    body = length_delimited(1, length_delimited(1, first) + length_delimited(1, second))
+    status, _, _ = await post(server, body, PROTOBUF)
+    assert status == 200
+    [logged] = await server.pushes()
+    assert logged.client_id == "split"
+    assert logged.client_instance_id == expected_instance_id(
+        "service.instance.id", "", "split", "7"
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ names its offset.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from typing import TYPE_CHECKING
@@ -21,10 +22,12 @@ from telemetry.server.bootstrap import Server
 from telemetry.server.config import load_settings
 from tests.exporters.parquet_support import read_table
 from tests.telemetry.cli.test_log_cli import kip714_log
+from tests.telemetry.http.test_http_otlp import length_delimited, otlp_request, resource_metrics
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.server.test_serve_log_identity import CONFIG
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 NOT_OTLP = b"\x8a\xff not an OTLP payload"
@@ -43,18 +46,36 @@ async def scrape_undecodable(server: Server) -> float | None:
     return None if match is None else float(match.group(1))
 
 
-async def test_an_undecodable_push_is_counted_on_metrics_and_named_by_log_status(
-    tmp_path: Path,
-) -> None:
-    config = tmp_path / "kip714.toml"
+@contextlib.asynccontextmanager
+async def serving(data_dir: Path) -> AsyncIterator[Server]:
+    config = data_dir.parent / "kip714.toml"
     config.write_text(CONFIG)
-    data_dir = tmp_path / "data"
     settings = load_settings(
         config, data_dir=data_dir, kafka_listen="127.0.0.1:0", http_listen="127.0.0.1:0"
     )
     server = Server(settings)
     await server.start()
     try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def counted_undecodable(server: Server) -> float | None:
+    """The landing's count once it reaches 1, or what it was when WAIT_S ran out."""
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    counted = await scrape_undecodable(server)
+    while counted != 1.0 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+        counted = await scrape_undecodable(server)
+    return counted
+
+
+async def test_an_undecodable_push_is_counted_on_metrics_and_named_by_log_status(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    async with serving(data_dir) as server:
         assert server.listener is not None
         client = await WireClient.connect(*server.listener.bound_address, "undecodable")
         try:
@@ -69,13 +90,7 @@ async def test_an_undecodable_push_is_counted_on_metrics_and_named_by_log_status
                 await asyncio.sleep(0.15)  # the push interval
         finally:
             await client.close()
-        deadline = asyncio.get_running_loop().time() + WAIT_S
-        counted = await scrape_undecodable(server)
-        while counted != 1.0 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.1)
-            counted = await scrape_undecodable(server)
-    finally:
-        await server.stop()
+        counted = await counted_undecodable(server)
 
     assert answers == [ErrorCode.NONE, ErrorCode.NONE]  # Kafka's rule: not parsed on push
     assert counted == 1.0
@@ -85,3 +100,32 @@ async def test_an_undecodable_push_is_counted_on_metrics_and_named_by_log_status
     assert "undecodable payloads: 1 (not OTLP; the landings skip them): offsets 1" in text.stdout
     document = json.loads(kip714_log("status", "--data-dir", str(data_dir), "--json").stdout)
     assert document["undecodable"] == {"count": 1, "offsets": [1]}
+
+
+async def test_an_otlp_request_whose_metrics_do_not_decode_is_accepted_then_counted(
+    tmp_path: Path,
+) -> None:
+    """The OTLP door decodes resources only (telemetry.http.otlp_wire); the landing the rest."""
+    good = otlp_request(resource_metrics({"service.name": "good"}, "otlp.good"))
+    resource = resource_metrics({"service.name": "bad"}, "otlp.bad").resource
+    bad = length_delimited(
+        1, length_delimited(1, resource.SerializeToString()) + length_delimited(2, NOT_OTLP)
+    )
+    data_dir = tmp_path / "data"
+    async with serving(data_dir) as server:
+        assert server.http_address is not None
+        host, port = server.http_address
+        statuses = []
+        async with aiohttp.ClientSession() as session:
+            for body in (good, bad):
+                async with session.post(
+                    f"http://{host}:{port}/v1/metrics",
+                    data=body,
+                    headers={"Content-Type": "application/x-protobuf"},
+                ) as answer:
+                    statuses.append(answer.status)
+        counted = await counted_undecodable(server)
+
+    assert statuses == [200, 200]
+    assert counted == 1.0
+    assert {r["metric_name"] for r in read_table(data_dir).to_pylist()} == {"otlp.good"}
