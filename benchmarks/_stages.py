@@ -89,6 +89,7 @@ OTLP_STAGES: Final[tuple[_Rule, ...]] = (
     ("google/protobuf", "*", "protobuf decode + encode"),
     ("telemetry/http/otlp.py", "_parse", "protobuf decode + encode"),
     ("telemetry/http/otlp.py", "_encode", "protobuf decode + encode"),
+    ("telemetry/http/otlp_wire.py", "*", "protobuf decode + encode"),
     ("telemetry/http/otlp_json.py", "*", "JSON decode"),
     ("json", "*", "JSON decode"),
     ("telemetry/http/identity.py", "*", "identity (resource attributes)"),
