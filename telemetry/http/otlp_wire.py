@@ -15,8 +15,10 @@ logged, and the landing skips and counts it (``kip714_landing_undecodable``).
 
 The schema keeps protobuf's merge rule. A message field sent twice is merged,
 which is what decoding the two encodings one after the other does, so
-``resource`` is ``repeated bytes`` and :func:`resource_bytes` joins its parts;
-re-encoding a parsed request gives back its bytes, unknown fields included.
+``resource`` is ``repeated bytes`` and :func:`resource_bytes` joins its parts.
+Re-encoding parsed resources keeps every field they were sent with, unknown
+ones included (upb writes those last), so a regrouped request
+(:func:`encode_request`) decodes as its parts did.
 """
 
 from __future__ import annotations
@@ -37,10 +39,6 @@ class WireResourceMetrics(Protocol):
     @property
     def resource(self) -> Sequence[bytes]:
         """The ``Resource`` field's encodings, in the order sent (usually one)."""
-
-    @property
-    def scope_metrics(self) -> Sequence[bytes]:
-        """Each ``ScopeMetrics`` as sent, not decoded."""
 
 
 class _WireRequest(Protocol):
