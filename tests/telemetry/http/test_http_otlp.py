@@ -662,18 +662,19 @@ async def test_a_small_json_body_is_parsed_off_the_event_loop_and_protobuf_on_it
         json_format.MessageToDict(ExportMetricsServiceRequest.FromString(SDK_BODY))
     ).encode()
     assert len(small_json) < INLINE_BYTES
-    before = _worker_thread_ids()
+    before = _decoding_threads()
     assert (await post(server, SDK_BODY, PROTOBUF))[0] == 200
-    after_protobuf = _worker_thread_ids()
+    after_protobuf = _decoding_threads()
     assert (await post(server, small_json, JSON))[0] == 200
-    after_json = _worker_thread_ids()
+    after_json = _decoding_threads()
     assert not after_protobuf - before
     assert len(after_json - after_protobuf) == 1
     assert len(await server.pushes()) == 2
 
 
-def _worker_thread_ids() -> set[int | None]:
-    return {t.ident for t in threading.enumerate() if t.name.startswith("otlp-decode")}
+def _decoding_threads() -> set[threading.Thread]:
+    """The decoding threads alive, as objects: an ident can be reused once a thread ends."""
+    return {t for t in threading.enumerate() if t.name.startswith("otlp-decode")}
 
 
 def _worker_threads() -> int:
