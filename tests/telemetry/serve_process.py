@@ -16,6 +16,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from tests.telemetry.server_support import close_between_pushes
+
 SERVING = re.compile(
     r"kafka=(?P<kh>[^ ]+):(?P<kp>\d+) advertised=\S+ http=(?P<hh>[^ ]+):(?P<hp>\d+)"
 )
@@ -113,11 +115,22 @@ class ServeProcess:
             self.process.stderr.close()
 
 
-def run_clients(bootstrap: str, seconds: float, prefix: str, *, admin: bool = True) -> None:
+def run_clients(
+    bootstrap: str,
+    seconds: float,
+    prefix: str,
+    *,
+    admin: bool = True,
+    landed: Path | None = None,
+    interval_ms: int = 0,
+) -> None:
     """A producer, a consumer (and an admin client), polled for ``seconds``, then closed.
 
     Client ids are ``<prefix>-producer`` etc.; closing the consumer sends its
-    terminating push.
+    terminating push. With ``landed`` (the JSONL landing's file) and the
+    subscription's ``interval_ms``, the consumer is closed between two of its
+    pushes, so that its terminating push is certain
+    (:func:`tests.telemetry.server_support.close_between_pushes`).
     """
     common: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap,
@@ -137,5 +150,8 @@ def run_clients(bootstrap: str, seconds: float, prefix: str, *, admin: bool = Tr
         for client in clients:
             client.poll(0.05)
     producer.flush(2)
-    consumer.close()
+    if landed is None:
+        consumer.close()
+    else:
+        close_between_pushes(consumer.close, landed, f"{prefix}-consumer", interval_ms)
     del producer, clients

@@ -159,7 +159,9 @@ def test_real_clients_land_in_the_default_lake_of_the_data_dir(tmp_path: Path) -
     data, out = tmp_path / "data", tmp_path / "out"
     server = ServeProcess(data, DEFAULT_LAKE.format(out=out)).start()
     try:
-        run_clients(server.bootstrap, 2.5, "ice", admin=False)
+        run_clients(
+            server.bootstrap, 2.5, "ice", admin=False, landed=out / "kip714.jsonl", interval_ms=300
+        )
         assert wait_until(lambda: any(r["terminating"] for r in jsonl_rows(out)))
         assert server.stop() == 0  # SIGTERM: the last generation is committed
     finally:

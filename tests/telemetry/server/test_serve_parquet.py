@@ -81,7 +81,9 @@ def test_real_clients_land_every_acknowledged_data_point_in_parquet(tmp_path: Pa
     landing, out = tmp_path / "landing", tmp_path / "out"
     server = ServeProcess(tmp_path / "data", config(tmp_path)).start()
     try:
-        run_clients(server.bootstrap, 2.5, "pq", admin=False)
+        run_clients(
+            server.bootstrap, 2.5, "pq", admin=False, landed=out / "kip714.jsonl", interval_ms=300
+        )
         assert wait_until(lambda: any(r["terminating"] for r in jsonl_rows(out)))
         with urllib.request.urlopen(f"http://{server.http[0]}:{server.http[1]}/metrics") as r:
             metrics = r.read().decode()
