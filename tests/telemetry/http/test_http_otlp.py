@@ -44,6 +44,7 @@ from telemetry.core.settings import TelemetryConfig
 from telemetry.http.identity import OTLP_INSTANCE_NAMESPACE
 from telemetry.http.otlp import INLINE_BYTES
 from telemetry.ingest import LogConfig
+from telemetry.wire.primitives import Writer
 from tests.telemetry.http_support import HttpServer, running_http
 from tests.telemetry.kafka_wire_client import T0_MS, ManualClock, running_server, zstd_stream
 
@@ -371,18 +372,16 @@ SNAPPY_BOMB = snappy_framed(bytes(1024 * 1024))
 BOMB = f"the limit of {MAX_DECOMPRESSED} bytes"
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def length_delimited(number: int, value: bytes) -> bytes:
-    """One protobuf field of wire type 2 (LEN): tag, length, bytes."""
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
+    """One protobuf field of wire type 2 (LEN): tag, length, bytes.
+
+    Kafka's unsigned varint is protobuf's base-128 varint, so the wire
+    module's writer encodes the tag and the length.
+    """
+    writer = Writer()
+    writer.uvarint(number << 3 | 2)
+    writer.uvarint(len(value))
+    return writer.getvalue() + value
 
 
 def sdk_resource() -> bytes:

@@ -10,7 +10,6 @@ names its offset.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 from typing import TYPE_CHECKING
@@ -19,15 +18,14 @@ import aiohttp
 
 from telemetry.errors import ErrorCode
 from telemetry.server.bootstrap import Server
-from telemetry.server.config import load_settings
 from tests.exporters.parquet_support import read_table
 from tests.telemetry.cli.test_log_cli import kip714_log
 from tests.telemetry.http.test_http_otlp import length_delimited, otlp_request, resource_metrics
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.server.test_serve_log_identity import CONFIG
+from tests.telemetry.server_support import running
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
 NOT_OTLP = b"\x8a\xff not an OTLP payload"
@@ -46,21 +44,6 @@ async def scrape_undecodable(server: Server) -> float | None:
     return None if match is None else float(match.group(1))
 
 
-@contextlib.asynccontextmanager
-async def serving(data_dir: Path) -> AsyncIterator[Server]:
-    config = data_dir.parent / "kip714.toml"
-    config.write_text(CONFIG)
-    settings = load_settings(
-        config, data_dir=data_dir, kafka_listen="127.0.0.1:0", http_listen="127.0.0.1:0"
-    )
-    server = Server(settings)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
 async def counted_undecodable(server: Server) -> float | None:
     """The landing's count once it reaches 1, or what it was when WAIT_S ran out."""
     deadline = asyncio.get_running_loop().time() + WAIT_S
@@ -75,7 +58,7 @@ async def test_an_undecodable_push_is_counted_on_metrics_and_named_by_log_status
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    async with serving(data_dir) as server:
+    async with running(tmp_path, CONFIG) as server:
         assert server.listener is not None
         client = await WireClient.connect(*server.listener.bound_address, "undecodable")
         try:
@@ -112,7 +95,7 @@ async def test_an_otlp_request_whose_metrics_do_not_decode_is_accepted_then_coun
         1, length_delimited(1, resource.SerializeToString()) + length_delimited(2, NOT_OTLP)
     )
     data_dir = tmp_path / "data"
-    async with serving(data_dir) as server:
+    async with running(tmp_path, CONFIG) as server:
         assert server.http_address is not None
         host, port = server.http_address
         statuses = []
