@@ -14,6 +14,7 @@ from telemetry.enforcement.client_quotas import ClientQuotas, EntitySensors, Thr
 from telemetry.enforcement.connection_limits import Admission, AdmissionOutcome, ConnectionLimits
 from telemetry.enforcement.enforcer import Enforcement
 from telemetry.enforcement.entity import ClientEntity
+from telemetry.enforcement.refusals import Refusals
 from telemetry.enforcement.request_memory import READ_BYTES, MemoryClient, RequestMemoryPool
 from telemetry.enforcement.settings import (
     ANONYMOUS_USER,
@@ -41,6 +42,7 @@ __all__ = [
     "LimitSettings",
     "MemoryClient",
     "QuotaSettings",
+    "Refusals",
     "RequestMemoryPool",
     "Throttle",
     "ThrottleReason",

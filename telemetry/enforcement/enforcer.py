@@ -12,6 +12,7 @@ from __future__ import annotations
 from quotas import Metrics
 from telemetry.enforcement.client_quotas import ClientQuotas
 from telemetry.enforcement.connection_limits import ConnectionLimits
+from telemetry.enforcement.refusals import Refusals
 from telemetry.enforcement.request_memory import RequestMemoryPool
 from telemetry.enforcement.settings import LimitSettings, QuotaSettings
 from telemetry.enforcement.throttles import ThrottleTracker
@@ -34,6 +35,7 @@ class Enforcement:
             self.quota_settings, self.limit_settings, self.tracker, self.metrics
         )
         self.request_memory = RequestMemoryPool(self.limit_settings.queued_max_request_bytes)
+        self.refusals = Refusals()
 
     @property
     def connections_max_idle_ms(self) -> int:

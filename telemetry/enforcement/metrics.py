@@ -18,7 +18,8 @@ numbers the throttles are computed from:
 
 plus connection counts, the request memory pool, and
 ``kip714_throttles_total{reason}`` (every throttle, refusal and limit close,
-by the configured key that caused it).
+by the configured key that caused it), and ``kip714_requests_refused_total{door,reason}``
+(every request a bound refused).
 """
 
 from __future__ import annotations
@@ -132,6 +133,14 @@ def _connections_and_memory(enforcement: Enforcement) -> Iterable[Metric]:
     for reason in ThrottleReason:
         throttles.add_metric([reason.value], counts[reason])
     yield throttles
+    refused = CounterMetricFamily(
+        "kip714_requests_refused",
+        "Requests refused by a bound (design invariant 10), by door and by the bound's key.",
+        labels=["door", "reason"],
+    )
+    for (door, reason), count in sorted(enforcement.refusals.counts.items()):
+        refused.add_metric([door, reason], count)
+    yield refused
     yield GaugeMetricFamily(
         "kip714_throttled_entities",
         "Client entities and addresses currently throttled.",
