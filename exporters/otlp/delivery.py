@@ -3,8 +3,11 @@
 The OTLP/HTTP specification decides what a status means: 2xx is delivered
 (perhaps with ``partial_success``: points the backend rejected, counted and
 logged); 429, 502, 503 and 504 are retryable, after ``Retry-After`` when the
-backend sends one; 400 is bad data and is never retried; 413 splits a
-multi-push request in halves (one push alone that is too large is bad data).
+backend sends one; 400 (bad data) and 413 (too large) are never retried as
+they are: a multi-push request is split in halves and each half delivered on
+its own, so the answer is narrowed down (bisected) to the pushes that cause
+it, and only a push that is refused alone is dropped and counted. One bad
+push among n costs about 2·log2(n) extra requests.
 Connection failures and timeouts are retried too. Every other status (401,
 403, 404, 500, ...) means a misconfigured or broken backend rather than bad
 data: the specification would drop the request, but dropping a backlog
@@ -53,14 +56,18 @@ class Delivered:
 
     requests: int = 0
     delivered_pushes: int = 0
+    #: Pushes the backend refused as bad data (400) or too large (413) when sent alone.
     dropped_pushes: int = 0
     rejected_data_points: int = 0
+    #: Multi-push requests answered 400 or 413 and split in halves to find the culprits.
+    split_requests: int = 0
 
     def add(self, other: Delivered) -> None:
         self.requests += other.requests
         self.delivered_pushes += other.delivered_pushes
         self.dropped_pushes += other.dropped_pushes
         self.rejected_data_points += other.rejected_data_points
+        self.split_requests += other.split_requests
 
 
 class Delivery:
@@ -105,13 +112,15 @@ class Delivery:
                     outcome.delivered_pushes += len(bodies)
                     outcome.rejected_data_points += _rejected_points(answer)
                     return outcome
-                if status == 413 and len(bodies) > 1:
+                if status in _BAD_DATA and len(bodies) > 1:
+                    await self._on_attempt(None)  # the backend answered: it is up
+                    outcome.split_requests += 1
                     middle = len(bodies) // 2
                     for half in (bodies[:middle], bodies[middle:]):
                         outcome.add(await self.deliver(half))
                     return outcome
                 if status in _BAD_DATA:
-                    await self._on_attempt(None)  # the backend answered: it is up
+                    await self._on_attempt(None)
                     outcome.dropped_pushes += len(bodies)
                     _log.error(
                         "otlp exporter: %s refused %d push(es) as bad data (HTTP %d): %s",

@@ -1,8 +1,9 @@
 """The series store as a prometheus-client ``Collector``: one family per translated name.
 
-Series of one family may carry different attribute labels; the family
-gets the union of label names and a series lacks a label as ``""``, which
-Prometheus reads as absent.
+Each series is rendered with its own labels only. Series of one family may
+carry different attribute labels, and giving every series the union of
+them (a missing one as ``""``) would let one family's many distinct
+attribute keys multiply into every line of the scrape.
 """
 
 from __future__ import annotations
@@ -10,12 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -42,28 +38,27 @@ class SeriesCollector(Collector):
 
 
 def _metric(family: Family) -> Metric:
-    names = sorted({name for series in family.series.values() for name in series.labels})
     documentation = f"{family.help} (KIP-714 client metric)"
+    name = family.name
+    metric = Metric(name, documentation, family.kind)
     if family.kind == "gauge":
-        gauge = GaugeMetricFamily(family.name, documentation, labels=names)
         for series in family.series.values():
-            gauge.add_metric([series.labels.get(n, "") for n in names], series.value)
-        return gauge
+            metric.add_sample(name, series.labels, series.value)
+        return metric
     if family.kind == "counter":
-        counter = CounterMetricFamily(family.name, documentation, labels=names)
         for series in family.series.values():
-            counter.add_metric([series.labels.get(n, "") for n in names], series.value)
-        return counter
-    histogram = HistogramMetricFamily(family.name, documentation, labels=names)
+            metric.add_sample(f"{name}_total", series.labels, series.value)
+        return metric
     for series in family.series.values():
-        buckets: list[tuple[str, float]] = []
         running = 0
+        has_inf = False
         for bound, count in zip((*series.bounds, float("inf")), series.bucket_counts, strict=False):
             running += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
-        if not buckets or buckets[-1][0] != "+Inf":
-            buckets.append(("+Inf", series.count))
-        histogram.add_metric(
-            [series.labels.get(n, "") for n in names], buckets, sum_value=series.sum
-        )
-    return histogram
+            has_inf = bound == float("inf")
+            le = "+Inf" if has_inf else repr(bound)
+            metric.add_sample(f"{name}_bucket", {**series.labels, "le": le}, running)
+        if not has_inf:
+            metric.add_sample(f"{name}_bucket", {**series.labels, "le": "+Inf"}, series.count)
+        metric.add_sample(f"{name}_count", series.labels, series.count)
+        metric.add_sample(f"{name}_sum", series.labels, series.sum)
+    return metric

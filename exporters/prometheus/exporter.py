@@ -12,6 +12,14 @@ Options (``[exporters.NAME.options]``):
         picks a free port, logged and in ``address``).
     max_series: The most series kept (default 100000); points that would
         start more are dropped and counted (``dropped_points``).
+    max_label_value_bytes: A longer label value is truncated to it (default
+        1024; ``truncated_label_values``); a label name longer is dropped.
+    max_labels_per_series: The identity labels, then attributes in
+        label-name order, up to this many (default 64, at least 6); the rest
+        are dropped and counted (``dropped_labels``).
+    max_bytes: The accounted bytes of every series kept, their scrape text
+        and memory (default 256 MiB); points that would take more are dropped
+        and counted (``dropped_points_max_bytes``).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ class PrometheusExporter:
 
     def __init__(self, config: Mapping[str, Any], /) -> None:
         self.settings = PrometheusSettings.from_options(config)
-        self._store = SeriesStore(self.settings.max_series)
+        self._store = SeriesStore(self.settings.limits)
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(SeriesCollector(self._store))
         self._runner: web.AppRunner | None = None

@@ -10,10 +10,25 @@ Exponential histograms and summaries are not translated (counted).
 
 A client instance's series go away with its terminating push, or
 max(60 s, 3 × its push interval) after its last push, when Kafka's
-``ClientMetricsManager`` would forget the instance too. ``max_series``
-bounds memory: points that would start a series beyond it are dropped and
-counted. All methods are thread-safe: pushes are applied and scrapes
-rendered in worker threads.
+``ClientMetricsManager`` would forget the instance too.
+
+Memory and the scrape are bounded by bytes as well as by count, since one
+attribute value may be 256 KiB: a label value longer than
+``max_label_value_bytes`` is truncated (a label *name* that long is
+dropped), a series keeps at most ``max_labels_per_series`` labels (the
+identity labels, then the attributes in label-name order: the same labels
+whatever order the attributes came in), and a point that would start a
+series beyond ``max_series`` or take the accounted bytes beyond
+``max_bytes`` is dropped; each is counted. A series' accounted bytes are
+its lines in a scrape (a histogram has one per bucket) plus what it holds
+in memory.
+
+Two families must not expose the same name with different TYPE lines (a
+gauge ``req_total`` and a counter ``req``, a histogram ``h`` and a gauge
+``h_count``): the family that has live series first keeps its names, and
+points of the other are dropped and counted (``type_conflicts``) until the
+first has no series left. All methods are thread-safe: pushes are applied
+and scrapes rendered in worker threads.
 """
 
 from __future__ import annotations
@@ -30,7 +45,15 @@ if TYPE_CHECKING:
 
     from exporters.api import LoggedPush
 
-__all__ = ["IDENTITY_LABELS", "Family", "Series", "SeriesStats", "SeriesStore"]
+__all__ = [
+    "IDENTITY_LABELS",
+    "Family",
+    "Series",
+    "SeriesLimits",
+    "SeriesStats",
+    "SeriesStore",
+    "exposed_names",
+]
 
 #: Labels every series has, from the push context (``""`` when unknown).
 IDENTITY_LABELS: Final = (
@@ -46,15 +69,40 @@ _BROKER_ATTRIBUTE: Final = ("kafka.broker.id", "broker_id")
 MIN_EXPIRY_MS: Final = 60_000
 
 
+#: What a series costs besides its text: the objects that hold it, per series and per label.
+_SERIES_OVERHEAD: Final = 256
+_LABEL_OVERHEAD: Final = 112
+#: A sample line's value, separators and line end.
+_SAMPLE_OVERHEAD: Final = 32
+#: A family's HELP and TYPE lines besides its name and help text, and its objects.
+_FAMILY_OVERHEAD: Final = 256
+_HISTOGRAM_LABEL: Final = "le"
+
+
 @dataclass(slots=True)
 class SeriesStats:
     pushes: int = 0
     series: int = 0
+    #: Accounted bytes of the live series and their families (bounded by ``max_bytes``).
+    series_bytes: int = 0
     dropped_points: int = 0  # a new series beyond max_series
+    dropped_points_max_bytes: int = 0  # a new or grown series beyond max_bytes
+    truncated_label_values: int = 0  # longer than max_label_value_bytes
+    dropped_labels: int = 0  # beyond max_labels_per_series, or a name too long
     unsupported_points: int = 0  # exponential histograms, summaries, no value
-    type_conflicts: int = 0  # a name already used by a family of another kind
+    type_conflicts: int = 0  # a name another live family exposes with another TYPE
     terminated_instances: int = 0
     expired_instances: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesLimits:
+    """The bounds of a :class:`SeriesStore` (the exporter's options of the same names)."""
+
+    max_series: int = 100_000
+    max_label_value_bytes: int = 1024
+    max_labels_per_series: int = 64
+    max_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -65,6 +113,8 @@ class Series:
     bucket_counts: list[int] = field(default_factory=list)
     count: int = 0
     sum: float = 0.0
+    #: What this series adds to ``SeriesStats.series_bytes``.
+    accounted_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -73,6 +123,7 @@ class Family:
     kind: Kind
     help: str
     series: dict[tuple[tuple[str, str], ...], Series] = field(default_factory=dict)
+    accounted_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -84,13 +135,20 @@ class _Instance:
 class SeriesStore:
     """Series by family, and which instance owns each; see the module docstring."""
 
-    def __init__(self, max_series: int) -> None:
-        self.max_series = max_series
+    def __init__(self, limits: SeriesLimits | int) -> None:
+        self.limits = limits if isinstance(limits, SeriesLimits) else SeriesLimits(limits)
         self.stats = SeriesStats()
         self._families: dict[str, Family] = {}
+        #: Every name a live family exposes (its TYPE line's and its samples'), to its family.
+        self._exposed: dict[str, str] = {}
         self._instances: dict[str, _Instance] = {}
         self._count = 0
+        self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def max_series(self) -> int:
+        return self.limits.max_series
 
     def apply(self, pushes: Sequence[LoggedPush]) -> None:
         """Take a batch of pushes in log order (blocking: call it from a worker thread)."""
@@ -108,7 +166,7 @@ class SeriesStore:
                 instance.deadline_ms = max(instance.deadline_ms, deadline)
             for row in rows:
                 self._apply_row(row)
-            self.stats.series = self._count
+            self._publish()
 
     def expire(self, now_ms: int) -> None:
         """Forget the instances whose last push is older than their expiry."""
@@ -117,7 +175,7 @@ class SeriesStore:
             for instance_id in gone:
                 self._forget(instance_id)
             self.stats.expired_instances += len(gone)
-            self.stats.series = self._count
+            self._publish()
 
     def snapshot(self) -> list[Family]:
         """Copies of the families with at least one series, for one scrape."""
@@ -138,14 +196,53 @@ class SeriesStore:
                 if f.series
             ]
 
+    def _publish(self) -> None:
+        self.stats.series = self._count
+        self.stats.series_bytes = self._bytes
+
     def _forget(self, instance_id: str) -> None:
         state = self._instances.pop(instance_id, None)
         if state is None:
             return
         for name, key in state.keys:
             family = self._families.get(name)
-            if family is not None and family.series.pop(key, None) is not None:
+            if family is None:
+                continue
+            series = family.series.pop(key, None)
+            if series is not None:
                 self._count -= 1
+                self._bytes -= series.accounted_bytes
+            if not family.series:
+                self._drop_family(family)
+
+    def _drop_family(self, family: Family) -> None:
+        """A family without series releases its names (another kind may take them) and bytes."""
+        del self._families[family.name]
+        for exposed in exposed_names(family.name, family.kind):
+            if self._exposed.get(exposed) == family.name:
+                del self._exposed[exposed]
+        self._bytes -= family.accounted_bytes
+
+    def _family(self, name: str, kind: Kind, help_text: str) -> Family | None:
+        """The family to put a point in; None (counted) if it would clash or not fit."""
+        family = self._families.get(name)
+        if family is not None:
+            if family.kind == kind:
+                return family
+            self.stats.type_conflicts += 1
+            return None
+        names = exposed_names(name, kind)
+        if any(exposed in self._exposed for exposed in names):
+            self.stats.type_conflicts += 1
+            return None
+        cost = _FAMILY_OVERHEAD + 2 * len(name) + _text_bytes(help_text)
+        if self._bytes + cost > self.limits.max_bytes:
+            self.stats.dropped_points_max_bytes += 1
+            return None
+        family = self._families[name] = Family(name, kind, help_text, accounted_bytes=cost)
+        self._exposed.update(dict.fromkeys(names, name))
+        self._bytes += cost
+        return family
 
     def _apply_row(self, row: dict[str, Any]) -> None:
         kind = _kind(row)
@@ -154,23 +251,108 @@ class SeriesStore:
             self.stats.unsupported_points += kind is None
             return
         name = metric_name(row["metric_name"], row["unit"], kind)
-        family = self._families.get(name)
+        family = self._family(name, kind, row["metric_name"])
         if family is None:
-            family = self._families[name] = Family(name, kind, row["metric_name"])
-        elif family.kind != kind:
-            self.stats.type_conflicts += 1
             return
-        labels = _labels(row)
+        labels = self._labels(row, kind)
         key = tuple(sorted(labels.items()))
         series = family.series.get(key)
         if series is None:
-            if self._count >= self.max_series:
+            if self._count >= self.limits.max_series:
                 self.stats.dropped_points += 1
+                self._drop_empty(family)
                 return
-            series = family.series[key] = Series(labels)
+            cost = _series_bytes(name, kind, labels, _bucket_count(row, kind))
+            if self._bytes + cost > self.limits.max_bytes:
+                self.stats.dropped_points_max_bytes += 1
+                self._drop_empty(family)
+                return
+            series = family.series[key] = Series(labels, accounted_bytes=cost)
             self._count += 1
+            self._bytes += cost
             instance.keys.add((name, key))
+        elif kind == "histogram" and _bucket_count(row, kind) != len(series.bucket_counts):
+            cost = _series_bytes(name, kind, series.labels, _bucket_count(row, kind))
+            if self._bytes - series.accounted_bytes + cost > self.limits.max_bytes:
+                self.stats.dropped_points_max_bytes += 1
+                return
+            self._bytes += cost - series.accounted_bytes
+            series.accounted_bytes = cost
         _update(series, row, kind)
+
+    def _drop_empty(self, family: Family) -> None:
+        if not family.series:
+            self._drop_family(family)
+
+    def _labels(self, row: dict[str, Any], kind: Kind) -> dict[str, str]:
+        """The point's labels within the bounds: identity first, then attributes by name."""
+        limits = self.limits
+        labels = {name: self._value(row[name] or "") for name in IDENTITY_LABELS}
+        broker = row["resource_attributes"].get(_BROKER_ATTRIBUTE[0])
+        if broker is not None:
+            labels[_BROKER_ATTRIBUTE[1]] = self._value(broker)
+        attributes = row["attributes"]
+        if not attributes:
+            return labels
+        # Sorted by label name (then key, for keys that translate alike), so the labels a
+        # series keeps do not depend on the order the client sent its attributes in.
+        translated = sorted((label_name(key), key) for key in attributes)
+        dropped = 0
+        for name, key in translated:
+            if name in labels:
+                continue  # identity labels win a clash; the first key of a name wins
+            if (
+                len(labels) >= limits.max_labels_per_series
+                or len(name) > limits.max_label_value_bytes
+                or (kind == "histogram" and name == _HISTOGRAM_LABEL)
+            ):
+                dropped += 1
+                continue
+            labels[name] = self._value(attributes[key])
+        self.stats.dropped_labels += dropped
+        return labels
+
+    def _value(self, value: str) -> str:
+        limit = self.limits.max_label_value_bytes
+        if len(value) * 4 <= limit:  # no UTF-8 character takes more than 4 bytes
+            return value
+        encoded = value.encode()
+        if len(encoded) <= limit:
+            return value
+        self.stats.truncated_label_values += 1
+        return encoded[:limit].decode(errors="ignore")  # cut at a character boundary
+
+
+def exposed_names(name: str, kind: Kind) -> tuple[str, ...]:
+    """The names a family shows in the text format: its TYPE line's and its samples'."""
+    if kind == "gauge":
+        return (name,)
+    if kind == "counter":
+        return (name, f"{name}_total")
+    return (name, f"{name}_bucket", f"{name}_count", f"{name}_sum")
+
+
+def _text_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def _bucket_count(row: dict[str, Any], kind: Kind) -> int:
+    if kind != "histogram":
+        return 0
+    return len(row["bucket_counts"] or ())
+
+
+def _series_bytes(name: str, kind: Kind, labels: dict[str, str], buckets: int) -> int:
+    """A series' lines in a scrape plus the objects that hold it (module docstring)."""
+    label_text = sum(len(k) + _text_bytes(v) + 4 for k, v in labels.items())  # k="v",
+    line = len(name) + 8 + label_text + _SAMPLE_OVERHEAD
+    if kind == "histogram":
+        lines = (buckets + 1) * (line + 32) + 2 * line  # _bucket{le=...} (and +Inf), _count, _sum
+        held = 16 * buckets
+    else:
+        lines = line
+        held = 0
+    return lines + label_text + held + _SERIES_OVERHEAD + _LABEL_OVERHEAD * len(labels)
 
 
 def _kind(row: dict[str, Any]) -> Kind | None:
@@ -184,16 +366,6 @@ def _kind(row: dict[str, Any]) -> Kind | None:
     if metric_type == "histogram" and row["bucket_counts"] is not None:
         return "histogram"
     return None
-
-
-def _labels(row: dict[str, Any]) -> dict[str, str]:
-    labels = {name: row[name] or "" for name in IDENTITY_LABELS}
-    broker = row["resource_attributes"].get(_BROKER_ATTRIBUTE[0])
-    if broker is not None:
-        labels[_BROKER_ATTRIBUTE[1]] = broker
-    for key, value in row["attributes"].items():
-        labels.setdefault(label_name(key), value)  # identity labels win a clash
-    return labels
 
 
 def _update(series: Series, row: dict[str, Any], kind: Kind) -> None:

@@ -111,6 +111,18 @@ def apply_ops(current: Mapping[str, str], ops: Sequence[AlterableConfig]) -> dic
     return merged
 
 
+def check_stored_client_metrics(resource_type: int, name: str, config: Mapping[str, str]) -> None:
+    """IncrementalAlterConfigs' rules on a subscription read back from the metadata store.
+
+    Raises:
+        InvalidRequestError, InvalidConfigError: what IncrementalAlterConfigs
+            would answer for the same keys.
+    """
+    if resource_type != CLIENT_METRICS_RESOURCE:
+        raise InvalidRequestError(f"Unsupported resource type: {resource_type}")
+    validate_subscription(name, config)
+
+
 def alter_client_metrics(
     name: str, current: Mapping[str, str], ops: Sequence[AlterableConfig]
 ) -> ClientMetricsAlteration:

@@ -124,6 +124,20 @@ def _validate_value(keys: Mapping[str, _Type], key: str, value: float) -> None:
         raise InvalidRequestError(f"{key} cannot be a fractional value.")
 
 
+def check_stored_quotas(entity: QuotaEntity, values: Mapping[str, float]) -> None:
+    """AlterClientQuotas' rules on an entity read back from the metadata store.
+
+    Raises:
+        InvalidRequestError: what AlterClientQuotas would answer for it.
+    """
+    validated = _validate_entity(
+        [EntityData(entity_type=entity_type, entity_name=name) for entity_type, name in entity]
+    )
+    keys = _IP_KEYS if IP in validated else _CLIENT_KEYS
+    for key, value in values.items():
+        _validate_value(keys, key, value)
+
+
 def _entry_records(
     image: MetadataImage, entry: AlterClientQuotasEntry, alterations: Mapping[str, float | None]
 ) -> list[ClientQuotaRecord]:

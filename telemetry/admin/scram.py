@@ -284,13 +284,22 @@ def describe_scram_credentials(
 
 
 def _upsertion_refusal(upsertion: ScramCredentialUpsertion) -> tuple[int, str] | None:
-    if not upsertion.name:
+    return credential_refusal(upsertion.name, upsertion.mechanism, upsertion.iterations)
+
+
+def credential_refusal(name: str, mechanism_id: int, iterations: int) -> tuple[int, str] | None:
+    """Why AlterUserScramCredentials refuses a credential: (error code, Kafka's message).
+
+    Also the rule a stored credential is read back by (``stored.py``): an
+    iteration count far above 16384 would make every login a denial of service.
+    """
+    if not name:
         return UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    if ScramMechanism.by_id(upsertion.mechanism) is None:
+    if ScramMechanism.by_id(mechanism_id) is None:
         return int(SaslErrorCode.UNSUPPORTED_SASL_MECHANISM), "Unknown SCRAM mechanism"
-    if upsertion.iterations < MIN_ITERATIONS:
+    if iterations < MIN_ITERATIONS:
         return UNACCEPTABLE_CREDENTIAL, "Too few iterations"
-    if upsertion.iterations > MAX_ITERATIONS:
+    if iterations > MAX_ITERATIONS:
         return UNACCEPTABLE_CREDENTIAL, "Too many iterations"
     return None
 

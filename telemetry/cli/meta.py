@@ -17,6 +17,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from telemetry.admin.stored import check_stored_state
 from telemetry.errors import ConfigError
 from telemetry.metastore.migrate import MigrationRefusedError, migrate_to_kafka
 from telemetry.metastore.store import MetadataStoreError
@@ -75,7 +76,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"kip714 meta: {error}; stop the server first", file=sys.stderr)
         return 2
     try:
-        done = migrate_to_kafka(settings.data_dir, settings.meta, force=args.force)
+        done = migrate_to_kafka(
+            settings.data_dir, settings.meta, force=args.force, check=check_stored_state
+        )
     except MigrationRefusedError as error:
         print(f"kip714 meta: refused: {error}", file=sys.stderr)
         return 1

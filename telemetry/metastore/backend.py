@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+from telemetry.metastore.records import MetadataRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from telemetry.metastore.image import MetadataImage
-    from telemetry.metastore.records import MetadataRecord
+
+StateCheck: TypeAlias = Callable[[tuple[MetadataRecord, ...]], None]
+"""The admin plane's rules, run on the whole stored state of one entity (its records,
+never empty) read back from a store: raises for a state the admin API would refuse.
+
+The metadata store's own code cannot know those rules (they belong to the admin
+plane, a room above it), so whoever opens a store passes them in.
+"""
+
+
+@dataclass(slots=True)
+class MetadataLogStats:
+    """What ``/metrics`` shows of a store (read from the event loop, written by its reader)."""
+
+    #: The next offset this node will apply: everything before it is in the image.
+    position: int = 0
+    #: The log's end as last seen (the shared topic: as its fetch responses carry it).
+    high_watermark: int = 0
+    applied_records: int = 0
+    #: Messages (the shared topic) or records (the local store) that could not be
+    #: decoded or that the admin plane's rules refuse: not applied, logged.
+    skipped_records: int = 0
+    #: Seconds between the last applied message's append (its timestamp, set by
+    #: the producing node's clock) and its application here (the shared topic only).
+    last_apply_delay_s: float = 0.0
+
+    @property
+    def lag_records(self) -> int:
+        return max(0, self.high_watermark - self.position)
 
 
 class MetadataBackend(Protocol):

@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from telemetry.metastore.image import scram_record
+from telemetry.metastore.image import MetadataImage, scram_record
 from telemetry.metastore.records import (
     ClientQuotaRecord,
     ConfigRecord,
@@ -44,7 +44,8 @@ from telemetry.metastore.records import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from telemetry.metastore.image import MetadataImage, QuotaEntity
+    from telemetry.metastore.backend import StateCheck
+    from telemetry.metastore.image import QuotaEntity
     from telemetry.metastore.records import MetadataRecord
 
 CONFIG: Final = "config"
@@ -112,6 +113,8 @@ def decode_key(key: bytes) -> Entity:
     """Raises ``RecordFormatError`` for a key kip714 does not write."""
     try:
         value = json.loads(key)
+    except RecursionError:  # a key of 50,000 nested "[": kip714 writes 3 levels at most
+        raise RecordFormatError("metadata key is nested too deep to be kip714's") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise RecordFormatError(f"metadata key is not JSON: {error}") from None
     match value:
@@ -189,6 +192,32 @@ def decode_value(entity: Entity, value: bytes | None) -> tuple[MetadataRecord, .
         if removes or entity_of(record) != entity:
             raise RecordFormatError(f"the message of {entity} holds {record!r}")
     return state
+
+
+def read_message(
+    key: bytes, value: bytes | None, check: StateCheck | None = None
+) -> tuple[Entity | None, tuple[MetadataRecord, ...], Exception | None]:
+    """A topic message as ``(entity, state, None)``, or why it must be skipped.
+
+    Never raises for what a message holds: a key that is not kip714's (even
+    one nested 50,000 deep) gives ``(None, (), error)``; a value that cannot
+    be decoded, that the image refuses or that ``check`` (the admin plane's
+    rules: a NaN quota, ``interval.ms = -5``) refuses gives
+    ``(entity, (), error)``: the entity is left without a state, which is
+    also what a node reading the compacted topic later finds, so every node
+    holds the same image.
+    """
+    entity: Entity | None = None
+    try:
+        entity = decode_key(key)
+        state = decode_value(entity, value)
+        if state:
+            MetadataImage().apply(state)  # a value the image refuses fails here
+            if check is not None:
+                check(state)
+    except Exception as error:  # any message, however made, is skipped
+        return entity, (), error
+    return entity, state, None
 
 
 def replacing(

@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import (
@@ -42,13 +41,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from telemetry.metastore.entities import (
-    Entity,
-    decode_key,
-    decode_value,
-    messages_for,
-    replacing,
-)
+from telemetry.metastore.backend import MetadataLogStats
+from telemetry.metastore.entities import Entity, messages_for, read_message, replacing
 from telemetry.metastore.image import MetadataImage
 from telemetry.metastore.kafka_topic import (
     PARTITION,
@@ -56,14 +50,16 @@ from telemetry.metastore.kafka_topic import (
     MetadataLogTimeoutError,
     ensure_topic,
 )
-from telemetry.metastore.records import RecordFormatError
 from telemetry.metastore.store import MetadataStoreClosedError, MetadataStoreFailedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from telemetry.metastore.backend import StateCheck
     from telemetry.metastore.records import MetadataRecord
     from telemetry.metastore.settings import MetaSettings
+
+__all__ = ["KafkaMetadataLog", "MetadataLogStats"]
 
 _log = logging.getLogger(__name__)
 
@@ -78,25 +74,6 @@ _POLL_S: Final = 0.1
 _BATCH: Final = 1000
 _CLOSE_FLUSH_S: Final = 5.0
 _JOIN_S: Final = 10.0
-
-
-@dataclass(slots=True)
-class MetadataLogStats:
-    """What ``/metrics`` shows of the log (read from the event loop, written by the poller)."""
-
-    #: The next offset this node will apply: everything before it is in the image.
-    position: int = 0
-    #: The partition's end as the consumer last saw it (fetch responses carry it).
-    high_watermark: int = 0
-    applied_records: int = 0
-    skipped_records: int = 0
-    #: Seconds between the last applied message's append (its timestamp, set by
-    #: the producing node's clock) and its application here.
-    last_apply_delay_s: float = 0.0
-
-    @property
-    def lag_records(self) -> int:
-        return max(0, self.high_watermark - self.position)
 
 
 class _Pending:
@@ -122,9 +99,12 @@ class _Pending:
 class KafkaMetadataLog:
     """The shared metadata image: open with :meth:`open`, then append and watch."""
 
-    def __init__(self, settings: MetaSettings, client_log: ClientLog) -> None:
+    def __init__(
+        self, settings: MetaSettings, client_log: ClientLog, check: StateCheck | None = None
+    ) -> None:
         self._settings = settings
         self._client_log = client_log
+        self._check = check
         self._topic = settings.topic
         self._image = MetadataImage()
         self.stats = MetadataLogStats()
@@ -165,8 +145,11 @@ class KafkaMetadataLog:
         )
 
     @classmethod
-    def open(cls, settings: MetaSettings) -> KafkaMetadataLog:
+    def open(cls, settings: MetaSettings, check: StateCheck | None = None) -> KafkaMetadataLog:
         """Create the topic if missing, read it to its end, then follow it.
+
+        ``check`` (the admin plane's rules) judges every message's state; a
+        message it refuses is skipped like one that cannot be decoded.
 
         Raises:
             MetadataLogTimeoutError: not done within ``settings.startup_timeout_s``.
@@ -175,7 +158,7 @@ class KafkaMetadataLog:
         deadline = time.monotonic() + settings.startup_timeout_s
         client_log = ClientLog()
         ensure_topic(settings, client_log, deadline)
-        log = cls(settings, client_log)
+        log = cls(settings, client_log, check)
         try:
             log._catch_up(deadline)
         except BaseException:
@@ -383,13 +366,12 @@ class KafkaMetadataLog:
         for message in messages:
             error = message.error()
             if error is None:
-                decoded = self._decode(message)
-                if decoded is not None:
-                    entity, state = decoded
+                entity, state, valid = self._decode(message)
+                if entity is not None:
                     states.pop(entity, None)  # keep the order of the last writes
                     states[entity] = state
                     timestamp_ms = message.timestamp()[1]
-                    applied += 1
+                    applied += valid
                 position = _offset(message) + 1
             elif error.code() == KafkaError._PARTITION_EOF:
                 # Compaction leaves gaps: the end, not the last message, is the position.
@@ -398,13 +380,7 @@ class KafkaMetadataLog:
                 _log.warning("metadata log %s: %s", self.location, error)
         if position == self.stats.position and not states:
             return
-        image = self._image
-        if states:
-            image = image.apply(
-                record
-                for entity, state in states.items()
-                for record in replacing(image, entity, state)
-            )
+        image = self._replaced(self._image, states) if states else self._image
         with self._changed:
             self._image = image
             self.stats.position = position
@@ -422,20 +398,54 @@ class KafkaMetadataLog:
             except Exception:
                 _log.exception("a metadata log watcher failed")
 
-    def _decode(self, message: Message) -> tuple[Entity, tuple[MetadataRecord, ...]] | None:
-        """The entity and its new state; None (logged, counted) for a message to skip."""
+    def _replaced(
+        self, image: MetadataImage, states: dict[Entity, tuple[MetadataRecord, ...]]
+    ) -> MetadataImage:
+        """``image`` with each entity's state replaced; an entity that fails alone is skipped.
+
+        ``_decode`` has already tried every state on an empty image, so the
+        one-by-one path is a guard: no message may stop this node following.
+        """
         try:
-            entity = decode_key(message.key() or b"")
-            state = decode_value(entity, message.value())
-            MetadataImage().apply(state)  # a value the image refuses fails here, alone
-        except (RecordFormatError, ValueError) as error:
-            # Every node skips the same message, so they still agree.
-            _log.error(
-                "metadata log %s: skipping offset %d: %s", self.location, _offset(message), error
+            return image.apply(
+                record
+                for entity, state in states.items()
+                for record in replacing(image, entity, state)
             )
-            self.stats.skipped_records += 1
-            return None
-        return entity, state
+        except Exception:  # narrowed down below, entity by entity
+            pass
+        for entity, state in states.items():
+            try:
+                image = image.apply(replacing(image, entity, state))
+            except Exception as error:  # whatever it is, the record is skipped
+                _log.error(
+                    "metadata log %s: skipping the state of %s: %s",
+                    self.location,
+                    entity,
+                    _describe(error),
+                )
+                self.stats.skipped_records += 1
+        return image
+
+    def _decode(self, message: Message) -> tuple[Entity | None, tuple[MetadataRecord, ...], bool]:
+        """The entity (None: the key is unreadable), its new state, and whether it is valid.
+
+        A message that fails (``entities.read_message``: a damaged frame, a key
+        nested too deep to parse, a NaN quota, ``interval.ms = -5``) is logged
+        and counted, and this node goes on following.
+        """
+        entity, state, error = read_message(message.key() or b"", message.value(), self._check)
+        if error is None:
+            return entity, state, True
+        # Every node skips the same message, so they still agree.
+        _log.error(
+            "metadata log %s: skipping offset %d: %s",
+            self.location,
+            _offset(message),
+            _describe(error),
+        )
+        self.stats.skipped_records += 1
+        return entity, (), False
 
     def _refresh_high_watermark(self) -> None:
         """The end as of the last fetch response (cached: no request)."""
@@ -458,6 +468,14 @@ class KafkaMetadataLog:
                 self.location,
                 left,
             )
+
+
+def _describe(error: Exception) -> str:
+    """One bounded line: a record's text may be as long as the record."""
+    text = str(error)
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"{type(error).__name__}: {text}"
 
 
 def _offset(message: Message) -> int:

@@ -1,4 +1,8 @@
-"""The metadata log's position and lag as a Prometheus collector, read at scrape time."""
+"""The metadata store's position, lag and skipped records as a Prometheus collector.
+
+Read at scrape time; the shared topic's and the local store's alike (the
+local store is never behind: its lag is 0).
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,13 @@ if TYPE_CHECKING:
 
     from prometheus_client.core import Metric
 
-    from telemetry.metastore.kafka_log import MetadataLogStats
+    from telemetry.metastore.backend import MetadataLogStats
 
 __all__ = ["MetadataLogCollector"]
 
 
 class MetadataLogCollector(Collector):
-    """``kip714_metadata_log_*``: how far this node is behind the shared metadata topic."""
+    """``kip714_metadata_log_*``: how far this node is behind the metadata log, what it skipped."""
 
     def __init__(self, stats: MetadataLogStats) -> None:
         self.stats = stats
@@ -44,11 +48,13 @@ class MetadataLogCollector(Collector):
         )
         yield CounterMetricFamily(
             "kip714_metadata_log_applied_records",
-            "Messages of the metadata topic applied on this node since it started.",
+            "Messages of the metadata topic (records of the local store) applied on this "
+            "node since it started.",
             value=stats.applied_records,
         )
         yield CounterMetricFamily(
             "kip714_metadata_log_skipped_records",
-            "Messages of the metadata topic skipped as undecodable (every node skips them).",
+            "Messages of the metadata topic (records of the local store) skipped: "
+            "undecodable, or refused by the admin plane's rules (every node skips them).",
             value=stats.skipped_records,
         )

@@ -11,6 +11,7 @@ from telemetry.metastore.store import META_DIR, MetadataStore, MetadataStoreErro
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from telemetry.metastore.backend import StateCheck
     from telemetry.metastore.settings import MetaSettings
 
 
@@ -26,8 +27,13 @@ class Migration:
     next_offset: int
 
 
-def migrate_to_kafka(data_dir: Path, settings: MetaSettings, *, force: bool) -> Migration:
+def migrate_to_kafka(
+    data_dir: Path, settings: MetaSettings, *, force: bool, check: StateCheck | None = None
+) -> Migration:
     """Write every entity of ``<data_dir>/meta`` to the topic, one message per entity.
+
+    ``check`` (the admin plane's rules) is run on both stores as they are
+    read: what it refuses is skipped and not copied.
 
     The topic is read to its end first. A topic that already holds records
     is refused unless ``force``; then the local keys are written over the
@@ -42,9 +48,9 @@ def migrate_to_kafka(data_dir: Path, settings: MetaSettings, *, force: bool) -> 
 
     if not (data_dir / META_DIR).is_dir():
         raise MigrationRefusedError(f"no local metadata store at {data_dir / META_DIR}")
-    with MetadataStore.open(data_dir) as local:
+    with MetadataStore.open(data_dir, check=check) as local:
         records = local.image.to_records()
-    log = KafkaMetadataLog.open(settings)
+    log = KafkaMetadataLog.open(settings, check)
     try:
         existing = len(log.image.to_records())
         if existing and not force:

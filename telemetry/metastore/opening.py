@@ -9,7 +9,7 @@ from telemetry.metastore.store import META_DIR, MetadataStore
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from telemetry.metastore.backend import MetadataBackend
+    from telemetry.metastore.backend import MetadataBackend, StateCheck
     from telemetry.metastore.settings import MetaSettings
 
 
@@ -20,8 +20,13 @@ def store_location(settings: MetaSettings, data_dir: Path) -> str:
     return str(data_dir / META_DIR)
 
 
-def open_store(settings: MetaSettings, data_dir: Path) -> MetadataBackend:
+def open_store(
+    settings: MetaSettings, data_dir: Path, check: StateCheck | None = None
+) -> MetadataBackend:
     """Blocking: a Kafka store reads its topic to the end first (``startup_timeout_s``).
+
+    ``check``: the admin plane's rules, run on every record read back; what
+    they refuse is skipped and counted, never a reason to refuse the start.
 
     Raises:
         MetadataStoreError, OSError: the store cannot be opened.
@@ -30,5 +35,5 @@ def open_store(settings: MetaSettings, data_dir: Path) -> MetadataBackend:
         # confluent-kafka loads only for a node that uses the topic.
         from telemetry.metastore.kafka_log import KafkaMetadataLog  # noqa: PLC0415
 
-        return KafkaMetadataLog.open(settings)
-    return MetadataStore.open(data_dir)
+        return KafkaMetadataLog.open(settings, check)
+    return MetadataStore.open(data_dir, check=check)

@@ -27,6 +27,12 @@ they always were, then rewritten at open: a format-2 snapshot of the whole
 image, a new segment after it, and the old files renamed ``*.v1`` beside
 them until the next snapshot deletes them.
 
+Records that the admin plane's rules refuse (``check``, passed by whoever
+opens the store: an older version's, or one written into the files by hand)
+are skipped at replay, logged and counted, as the shared topic skips a
+message: one request's batch whole, or one entity of a snapshot. A record
+never stops the store from opening; damage to the files still does.
+
 Snapshots bound replay: after ``snapshot_interval_records`` appended records
 the store writes the image to a temporary file, fsyncs it, renames it into
 place, starts a new segment at the snapshot offset and deletes the segments
@@ -42,13 +48,17 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 from durable.fs import fsync_dir, make_dirs
+from telemetry.metastore.backend import MetadataLogStats
+from telemetry.metastore.entities import entity_of, entity_state, replacing
 from telemetry.metastore.frames import FILE_MAGIC, encode_frame, read_file
 from telemetry.metastore.image import MetadataImage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
+    from telemetry.metastore.backend import StateCheck
+    from telemetry.metastore.entities import Entity
     from telemetry.metastore.records import MetadataRecord
 
 logger = logging.getLogger(__name__)
@@ -114,6 +124,7 @@ class MetadataStore:
         segment_base: int,
         snapshot_interval_records: int,
         records_since_snapshot: int,
+        stats: MetadataLogStats | None = None,
     ) -> None:
         self._directory = directory
         self._image = image
@@ -124,6 +135,9 @@ class MetadataStore:
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
         self._fd: int | None = _open_segment(directory, segment_base)
+        #: ``/metrics``: the next offset and what replay skipped.
+        self.stats = stats or MetadataLogStats()
+        self.stats.position = self.stats.high_watermark = next_offset
 
     @classmethod
     def open(
@@ -131,8 +145,12 @@ class MetadataStore:
         data_dir: Path,
         *,
         snapshot_interval_records: int = DEFAULT_SNAPSHOT_INTERVAL_RECORDS,
+        check: StateCheck | None = None,
     ) -> MetadataStore:
         """Open (creating if needed) ``<data_dir>/meta`` and replay it into the image.
+
+        ``check`` (the admin plane's rules) judges each replayed batch's
+        entities as they stand after it; a batch it refuses is skipped.
 
         Raises:
             MetadataCorruptionError: a snapshot or a non-final segment is damaged,
@@ -146,9 +164,11 @@ class MetadataStore:
         for leftover in directory.glob(f"*{_TMP_SUFFIX}"):
             leftover.unlink()  # a snapshot that never reached its rename
         legacy: list[Path] = []
-        image, snapshot_offset = _load_snapshot(directory, legacy)
+        stats = MetadataLogStats()
+        replay = _Replay(directory, check, stats)
+        image, snapshot_offset = _load_snapshot(directory, legacy, replay)
         image, next_offset, segment_base, replayed = _replay_segments(
-            directory, image, snapshot_offset, legacy
+            directory, image, snapshot_offset, legacy, replay
         )
         if legacy:
             _rewrite_legacy(directory, image, next_offset, legacy)
@@ -160,7 +180,15 @@ class MetadataStore:
             replayed,
             next_offset,
         )
-        return cls(directory, image, next_offset, segment_base, snapshot_interval_records, replayed)
+        return cls(
+            directory,
+            image,
+            next_offset,
+            segment_base,
+            snapshot_interval_records,
+            replayed,
+            stats,
+        )
 
     @property
     def image(self) -> MetadataImage:
@@ -213,6 +241,8 @@ class MetadataStore:
                 raise MetadataStoreFailedError(f"metadata append failed: {error}") from error
             self._image = self._image.apply(batch)
             self._next_offset += len(batch)
+            self.stats.position = self.stats.high_watermark = self._next_offset
+            self.stats.applied_records += len(batch)
             self._since_snapshot += len(batch)
             if self._since_snapshot >= self._interval:
                 self._snapshot_locked()
@@ -327,7 +357,76 @@ def _rewrite_legacy(
     )
 
 
-def _load_snapshot(directory: Path, legacy: list[Path]) -> tuple[MetadataImage, int]:
+class _Replay:
+    """Applies replayed records, skipping (logged, counted) what ``check`` refuses."""
+
+    def __init__(self, directory: Path, check: StateCheck | None, stats: MetadataLogStats) -> None:
+        self.directory = directory
+        self.check = check
+        self.stats = stats
+
+    def batch(
+        self, image: MetadataImage, records: tuple[MetadataRecord, ...], where: str
+    ) -> MetadataImage:
+        """``image`` with one request's records, or unchanged if an entity they touch is refused."""
+        try:
+            after = image.apply(records)
+            self._check(after, dict.fromkeys(entity_of(record) for record in records))
+        except Exception as error:  # any record, however made, is skipped
+            self._skipped(len(records), where, error)
+            return image
+        self.stats.applied_records += len(records)
+        return after
+
+    def snapshot(self, records: tuple[MetadataRecord, ...], where: str) -> MetadataImage:
+        """The image of a snapshot's records, without the entities ``check`` refuses."""
+        image = MetadataImage().apply(records)
+        self.stats.applied_records += len(records)
+        if self.check is None:
+            return image
+        removals: list[MetadataRecord] = []
+        for entity in dict.fromkeys(entity_of(record) for record in records):
+            if not self._valid(image, entity, where):
+                state = entity_state(image, entity)
+                self.stats.skipped_records += len(state)
+                self.stats.applied_records -= len(state)
+                removals.extend(replacing(image, entity, ()))
+        return image.apply(removals) if removals else image
+
+    def _check(self, image: MetadataImage, entities: Iterable[Entity]) -> None:
+        if self.check is None:
+            return
+        for entity in entities:
+            state = entity_state(image, entity)
+            if state:
+                self.check(state)
+
+    def _valid(self, image: MetadataImage, entity: Entity, where: str) -> bool:
+        try:
+            self._check(image, (entity,))
+        except Exception as error:  # whatever the rules raise, it is refused
+            logger.error(
+                "metadata store %s: skipping %s of %s: %s", self.directory, entity, where, error
+            )
+            return False
+        return True
+
+    def _skipped(self, count: int, where: str, error: Exception) -> None:
+        self.stats.skipped_records += count
+        text = str(error)
+        logger.error(
+            "metadata store %s: skipping %d record(s) of %s: %s: %s",
+            self.directory,
+            count,
+            where,
+            type(error).__name__,
+            text[:300] + ("..." if len(text) > 300 else ""),
+        )
+
+
+def _load_snapshot(
+    directory: Path, legacy: list[Path], replay: _Replay
+) -> tuple[MetadataImage, int]:
     snapshots = _list(directory, SNAPSHOT_SUFFIX)
     if not snapshots:
         return MetadataImage(), 0
@@ -340,11 +439,15 @@ def _load_snapshot(directory: Path, legacy: list[Path]) -> tuple[MetadataImage, 
         )
     if content.format_version == 1:
         legacy.append(path)
-    return MetadataImage().apply(batches[0].records), offset
+    return replay.snapshot(batches[0].records, path.name), offset
 
 
 def _replay_segments(
-    directory: Path, image: MetadataImage, snapshot_offset: int, legacy: list[Path]
+    directory: Path,
+    image: MetadataImage,
+    snapshot_offset: int,
+    legacy: list[Path],
+    replay: _Replay,
 ) -> tuple[MetadataImage, int, int, int]:
     """Replay the records at or after ``snapshot_offset``; add format-1 files to ``legacy``.
 
@@ -389,7 +492,7 @@ def _replay_segments(
             )
         for batch in batches:
             records = batch.records[max(0, snapshot_offset - batch.base_offset) :]
-            image = image.apply(records)
+            image = replay.batch(image, records, f"{path.name} at offset {batch.base_offset}")
             replayed += len(records)
         next_offset = batches[-1].next_offset if batches else base
     if next_offset < snapshot_offset:

@@ -27,6 +27,7 @@ from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
 from telemetry.admin.scram import ScramAdmin
 from telemetry.admin.scram_origins import warn_about_unsecured_scram_users
+from telemetry.admin.stored import check_stored_state
 from telemetry.core.manager import TelemetryManager
 from telemetry.core.subscriptions import SubscriptionRegistry
 from telemetry.enforcement import Enforcement
@@ -322,7 +323,7 @@ class Server:
         )
         registry.register(HttpIngestCollector(ingest.stats))
         store_stats = getattr(self.admin.store, "stats", None)
-        if store_stats is not None:  # the shared Kafka topic: this node's lag behind it
+        if store_stats is not None:  # its position, what it skipped, the topic's lag
             from telemetry.metastore.kafka_log_metrics import MetadataLogCollector  # noqa: PLC0415
 
             registry.register(MetadataLogCollector(store_stats))
@@ -443,7 +444,9 @@ class Server:
         """Open the metadata store (replayed, or its topic read to its end); run by it from now."""
         settings = self.settings
         try:
-            store = await asyncio.to_thread(open_store, settings.meta, settings.data_dir)
+            store = await asyncio.to_thread(
+                open_store, settings.meta, settings.data_dir, check_stored_state
+            )
         except (OSError, MetadataStoreError) as error:
             where = store_location(settings.meta, settings.data_dir)
             raise StartupError(f"metadata store {where}: {error}") from error

@@ -2,6 +2,8 @@
 
 It answers each POST with the next scripted status (then 200), records what
 it received (decompressed, decoded), and can be asked for ``Retry-After``.
+With ``refuse_client_id`` it answers 400 to any request holding a resource
+of that ``kafka.client.id``, as a backend refuses one bad push in a batch.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class OtlpSink:
     script: list[Answer] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     attempts: int = 0
+    refuse_client_id: str | None = None
+    #: How many resources each request carried, answered or not, in arrival order.
+    request_sizes: list[int] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -54,14 +59,17 @@ class OtlpSink:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                request = ExportMetricsServiceRequest()
+                request.ParseFromString(body)
                 with sink._lock:
                     sink.attempts += 1
+                    sink.request_sizes.append(len(request.resource_metrics))
                     answer = sink.script.pop(0) if sink.script else Answer()
+                    if answer.status == 200 and sink._refused(request):
+                        answer = Answer(400)
                     if answer.status == 200:
-                        if self.headers.get("Content-Encoding") == "gzip":
-                            body = gzip.decompress(body)
-                        request = ExportMetricsServiceRequest()
-                        request.ParseFromString(body)
                         sink.received.append(Received(dict(self.headers.items()), request))
                 response = ExportMetricsServiceResponse()
                 if answer.rejected_points:
@@ -89,6 +97,13 @@ class OtlpSink:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(10)
+
+    def _refused(self, request: ExportMetricsServiceRequest) -> bool:
+        return self.refuse_client_id is not None and any(
+            kv.key == "kafka.client.id" and kv.value.string_value == self.refuse_client_id
+            for rm in request.resource_metrics
+            for kv in rm.resource.attributes
+        )
 
     def resource_attributes(self) -> list[dict[str, Any]]:
         """Each received resource's attributes, as plain values, in arrival order."""

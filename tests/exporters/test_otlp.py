@@ -103,6 +103,27 @@ async def test_bad_data_is_dropped_and_counted_and_too_large_is_split() -> None:
     assert exporter.durable_offset() == 3
 
 
+async def test_a_400_for_one_bad_push_is_bisected_and_only_that_push_is_dropped() -> None:
+    payload = PRODUCER_PUSH.read_bytes()
+    with OtlpSink(refuse_client_id="bad") as sink:
+        exporter = _exporter(sink, batch_timeout_ms=60_000)
+        await exporter.start()
+        pushes = [
+            push(payload, offset=i, client_id="bad" if i == 5 else f"good-{i}") for i in range(8)
+        ]
+        await exporter.export(pushes)
+        await exporter.flush()
+        await exporter.close()
+    delivered = sorted(r["kafka.client.id"] for r in sink.resource_attributes())
+    assert delivered == sorted(f"good-{i}" for i in range(8) if i != 5)
+    assert exporter.stats.delivered_pushes == 7
+    assert exporter.stats.dropped_pushes == 1
+    assert exporter.durable_offset() == 8  # the bad push is dropped, not retried forever
+    # 8 refused; 0-3 delivered, 4-7 refused; 4-5 refused: 4 delivered, 5 dropped; 6-7 delivered.
+    assert sink.request_sizes == [8, 4, 4, 2, 1, 1, 2]
+    assert exporter.stats.split_requests == 3
+
+
 async def test_partial_success_is_counted() -> None:
     with OtlpSink(script=[Answer(200, rejected_points=7)]) as sink:
         exporter = _exporter(sink)

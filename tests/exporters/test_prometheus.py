@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from typing import Any
 
@@ -71,9 +72,7 @@ async def _started(**options: Any) -> PrometheusExporter:
     return exporter
 
 
-async def _scrape(
-    exporter: PrometheusExporter,
-) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+async def _scrape_text(exporter: PrometheusExporter) -> str:
     assert exporter.address is not None
     host, port = exporter.address
     async with (
@@ -81,7 +80,13 @@ async def _scrape(
         session.get(f"http://{host}:{port}/metrics") as answer,
     ):
         assert answer.headers["Content-Type"].startswith("text/plain")
-        text = await answer.text()
+        return await answer.text()
+
+
+async def _scrape(
+    exporter: PrometheusExporter,
+) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    text = await _scrape_text(exporter)
     return {
         family.name: [(s.name, s.labels, s.value) for s in family.samples]
         for family in text_string_to_metric_families(text)
@@ -197,9 +202,129 @@ async def test_series_beyond_max_series_are_dropped_and_counted() -> None:
         await exporter.close()
 
 
+async def test_huge_attribute_values_keep_series_bytes_and_the_scrape_under_max_bytes() -> None:
+    max_bytes = 256 * 1024
+    exporter = await _started(max_bytes=max_bytes)
+    huge = "v" * (256 * 1024)
+    try:
+        now = _now_ms()
+        await exporter.export([push(payload(_gauge("legit", 1.0)), 1, received_time_ms=now)])
+        for batch in range(10):
+            # Ten points of two 256 KiB attributes each, distinct from their first bytes.
+            gauges = [
+                _gauge("attack", 1.0, a=f"{batch}-{i}-{huge}", b=f"{batch}-{i}-{huge}")
+                for i in range(10)
+            ]
+            instance = f"{batch:022d}"
+            await exporter.export(
+                [
+                    push(
+                        payload(*gauges),
+                        2 + batch,
+                        client_instance_id=instance,
+                        received_time_ms=now,
+                    )
+                ]
+            )
+        text = await _scrape_text(exporter)
+        stats = exporter.stats
+    finally:
+        await exporter.close()
+    # Unbounded, these 100 series held 50 MiB of label values and the scrape returned as much.
+    assert stats.series_bytes <= max_bytes
+    assert len(text.encode()) <= max_bytes
+    assert stats.truncated_label_values == 200
+    assert stats.dropped_points_max_bytes > 0
+    assert 0 < stats.series < 101
+    families = {family.name: family.samples for family in text_string_to_metric_families(text)}
+    assert [s.value for s in families["legit"]] == [
+        1.0
+    ]  # the client that came first keeps its series
+    for sample in families["attack"]:
+        assert len(sample.labels["a"].encode()) == 1024
+        assert sample.labels["a"].startswith(sample.labels["b"][:4])
+
+
+async def test_labels_beyond_max_labels_per_series_are_dropped_by_name_order() -> None:
+    exporter = await _started(max_labels_per_series=10)
+    attributes = {f"k{i:03d}": str(i) for i in range(100)}
+    try:
+        now = _now_ms()
+        forward = _gauge("wide", 1.0, **attributes)
+        backward = _gauge("wide", 2.0, **dict(reversed(attributes.items())))
+        await exporter.export([push(payload(forward), 1, received_time_ms=now)])
+        await exporter.export([push(payload(backward), 2, received_time_ms=now)])
+        families = await _scrape(exporter)
+        stats = exporter.stats
+    finally:
+        await exporter.close()
+    # Whatever the attributes' order, the same labels are kept: one series, updated.
+    [(_, labels, value)] = families["wide"]
+    assert value == 2.0
+    assert len(labels) == 10
+    assert sorted(set(labels) - {"client_id", "client_instance_id", "client_software_name",
+                                 "client_software_version", "principal"}) == [
+        "k000", "k001", "k002", "k003", "k004"
+    ]  # fmt: skip
+    assert stats.dropped_labels == 2 * 95
+    assert stats.series == 1
+
+
+def _promtool(text: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=text, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+async def test_families_whose_names_would_clash_are_dropped_and_counted() -> None:
+    exporter = await _started()
+    delta = AGGREGATION_TEMPORALITY_DELTA
+    try:
+        now = _now_ms()
+        first = payload(_gauge("req_total", 1.0), _gauge("rtt_milliseconds_count", 3.0))
+        # Another client: a counter "req" renders as req_total, a histogram "rtt" (ms) as
+        # rtt_milliseconds_count: with the gauges above, two TYPE lines for one name each.
+        second = payload(_sum("req", 5, delta), _histogram("rtt", [1, 2, 3], delta))
+        await exporter.export(
+            [
+                push(first, 1, client_instance_id="A" * 22, received_time_ms=now),
+                push(second, 2, client_instance_id="B" * 22, received_time_ms=now),
+            ]
+        )
+        text = await _scrape_text(exporter)
+        conflicts = exporter.stats.type_conflicts
+        # Once the first client is gone, its names are free for the other kind.
+        await exporter.export([push(first, 3, client_instance_id="A" * 22, terminating=True)])
+        await exporter.export([push(second, 4, client_instance_id="B" * 22, received_time_ms=now)])
+        after = await _scrape_text(exporter)
+    finally:
+        await exporter.close()
+    checked = _promtool(text)
+    assert "error while linting" not in checked.stdout + checked.stderr, checked
+    assert conflicts == 2
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["req_total"].type == "gauge"
+    assert [s.value for s in families["req_total"].samples] == [1.0]
+    assert families["rtt_milliseconds_count"].type == "gauge"
+    assert "rtt_milliseconds" not in families and "req" not in families
+    assert text.count("# TYPE ") == 2
+    checked = _promtool(after)
+    assert "error while linting" not in checked.stdout + checked.stderr, checked
+    families = {f.name: f for f in text_string_to_metric_families(after)}
+    assert (families["req"].type, families["rtt_milliseconds"].type) == ("counter", "histogram")
+
+
 @pytest.mark.parametrize(
     ("options", "key"),
-    [({"listen": "nowhere"}, "listen"), ({"max_series": 0}, "max_series"), ({"x": 1}, "x")],
+    [
+        ({"listen": "nowhere"}, "listen"),
+        ({"max_series": 0}, "max_series"),
+        ({"max_label_value_bytes": 0}, "max_label_value_bytes"),
+        ({"max_labels_per_series": 5}, "max_labels_per_series"),
+        ({"max_bytes": "1GiB"}, "max_bytes"),
+        ({"x": 1}, "x"),
+    ],
 )
 def test_bad_options_are_refused_naming_the_key(options: dict[str, Any], key: str) -> None:
     with pytest.raises(registry.ExporterConfigError) as refused:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -36,7 +37,9 @@ from telemetry.metastore import (
     MetadataStoreClosedError,
     MetadataStoreError,
 )
+from telemetry.metastore.entities import ConfigEntity, QuotaEntityKey, encode_key
 from telemetry.metastore.kafka_log import KafkaMetadataLog
+from telemetry.metastore.records import encode_batch
 from telemetry.metastore.settings import parse_meta
 from tests.kafka.kafka_dist import KafkaBroker
 from tests.telemetry.admin.admin_support import admin_client, subscription
@@ -347,6 +350,58 @@ def test_a_message_kip714_cannot_read_is_skipped_alike_on_every_node(
             "key": "push_byte_rate", "value": 7.0} in image["records"]  # fmt: skip
     for node in nodes:
         assert "kip714_metadata_log_skipped_records_total 2.0" in node.metrics()
+
+
+def skipped_records(node: Node) -> float:
+    prefix = "kip714_metadata_log_skipped_records_total "
+    [line] = [line for line in node.metrics().splitlines() if line.startswith(prefix)]
+    return float(line.removeprefix(prefix))
+
+
+def test_messages_the_admin_api_would_refuse_are_skipped_and_nodes_follow_and_start(
+    nodes: list[Node], broker: KafkaBroker, tmp_path: Path
+) -> None:
+    before = [skipped_records(node) for node in nodes]
+    nan = ClientQuotaRecord(
+        entity=(("client-id", "nan-app"),), key="push_byte_rate", value=math.nan
+    )
+    negative = tuple(
+        ConfigRecord(resource_type=16, resource_name="negative", name=key, value=value)
+        for key, value in (("interval.ms", "-5"), ("metrics", "*"))
+    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer.produce(TOPIC, key=b"[" * 50_000, value=b"junk", partition=0)
+    producer.produce(
+        TOPIC,
+        key=encode_key(QuotaEntityKey(nan.entity)),
+        value=encode_batch(0, (nan,)),
+        partition=0,
+    )
+    producer.produce(
+        TOPIC,
+        key=encode_key(ConfigEntity(16, "negative")),
+        value=encode_batch(0, negative),
+        partition=0,
+    )
+    assert producer.flush(30) == 0
+    # A node that stopped following would answer its own change with 500.
+    assert nodes[0].set_quota("after-untrusted", 9.0) == 200
+    image = converge(nodes, 10)
+    quotas = quota_records(nodes[0])
+    assert quotas["after-untrusted"] == 9.0
+    assert "nan-app" not in quotas
+    assert not [r for r in image["records"] if r.get("name") == "negative"]
+    for node, skipped in zip(nodes, before, strict=True):
+        assert skipped_records(node) == skipped + 3
+    # A node that starts now reads the three messages, skips them and serves.
+    config = NODE_CONFIG.format(bootstrap=broker.bootstrap, topic=TOPIC)
+    fresh = Node(ServeProcess(tmp_path / "node4", config).start())
+    try:
+        assert quota_records(fresh)["after-untrusted"] == 9.0
+        assert skipped_records(fresh) >= 3
+        assert fresh.process.stop() == 0
+    finally:
+        fresh.process.kill()
 
 
 def test_a_node_killed_while_changes_flow_converges_on_restart(nodes: list[Node]) -> None:
