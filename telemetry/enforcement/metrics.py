@@ -138,8 +138,8 @@ def _connections_and_memory(enforcement: Enforcement) -> Iterable[Metric]:
         "Requests refused by a bound (design invariant 10), by door and by the bound's key.",
         labels=["door", "reason"],
     )
-    for (door, reason), count in sorted(enforcement.refusals.counts.items()):
-        refused.add_metric([door, reason], count)
+    for (door, bound), count in sorted(enforcement.refusals.counts.items()):
+        refused.add_metric([door, bound], count)
     yield refused
     yield GaugeMetricFamily(
         "kip714_throttled_entities",

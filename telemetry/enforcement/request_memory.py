@@ -19,8 +19,11 @@ crossed it. A finisher that stalls is closed by the listener's
 ``partial_frame_timeout_ms`` and the next one takes over. As memory is freed,
 the paused connections resume in the order they were paused, a read's worth
 of room (:data:`READ_BYTES`) per connection, so one freed frame does not wake
-thousands of connections at once. A paused connection costs nothing per
-byte: what its peer sends waits in the kernel's socket buffer.
+thousands of connections at once; while room is left, another batch is
+resumed on the next turn of the event loop (:attr:`RequestMemoryPool.defer`),
+so connections resumed with nothing to send cannot leave the others paused.
+A paused connection costs nothing per byte: what its peer sends waits in the
+kernel's socket buffer.
 
 Connections not yet authenticated (on a listener without SASL: with no
 request answered yet) hold together at most a quarter of the bound
@@ -91,6 +94,10 @@ class RequestMemoryPool:
         self._waiting: dict[MemoryClient, None] = {}  # insertion order = resume order
         self._finisher: MemoryClient | None = None
         self._freed: list[Callable[[], None]] = []
+        #: Runs a callback on the next turn of the event loop (``loop.call_soon``),
+        #: set by the listener that pauses readers; None: resume on changes only.
+        self.defer: Callable[[Callable[[], None]], object] | None = None
+        self._resume_scheduled = False
         #: Bytes held by unauthenticated connections, in all and by source address.
         self.unauthenticated_held = 0
         self.unauthenticated_peak = 0
@@ -210,6 +217,15 @@ class RequestMemoryPool:
             count -= 1
         for client in resumed:
             client.resume_for_memory()
+        if self._waiting and self.defer is not None and not self._resume_scheduled:
+            # Those resumed may have nothing to send: look again once they had their turn.
+            self._resume_scheduled = True
+            self.defer(self._resume_later)
+
+    def _resume_later(self) -> None:
+        self._resume_scheduled = False
+        if self._waiting and self.held < self.bound:
+            self._resume_some()
 
     # -- the unauthenticated share -----------------------------------------------------------
 
@@ -244,7 +260,6 @@ class RequestMemoryPool:
         if address in self._pending_held:
             self._pending_held[address] = held
         total = self.unauthenticated_held = self.unauthenticated_held + delta
-        full = self._full_addresses
         if total >= self.unauthenticated_bound:
             self.unauthenticated_peak = max(self.unauthenticated_peak, total)
             if not self._share_full:
@@ -253,15 +268,18 @@ class RequestMemoryPool:
                 for clients in list(self._pending.values()):
                     for client in list(clients):
                         client.pause_for_share()
-        if address and held >= self.address_bound and address not in full:
-            full.add(address)
+        if address and held >= self.address_bound and address not in self._full_addresses:
+            self._full_addresses.add(address)
             if not self._share_full:
                 self.share_pauses += 1
                 for client in list(self._pending.get(address, ())):
                     client.pause_for_share()
-        if delta > 0:
-            return
-        # Bytes came back (or the bound moved): resume what is no longer over a share.
+        if delta <= 0:
+            self._share_freed(address, held, total)
+
+    def _share_freed(self, address: str, held: int, total: int) -> None:
+        """Bytes came back (or the bound moved): resume what is no longer over a share."""
+        full = self._full_addresses
         if self._share_full and total < self.unauthenticated_bound:
             self._share_full = False
             for freed, clients in list(self._pending.items()):

@@ -343,8 +343,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def mid_frame(self) -> bool:
-        """Part of a frame is buffered: the pool's finisher must be such a connection."""
-        return bool(self._buffer) and not self._closed
+        """Part of a frame is buffered and may be read on: what the pool's finisher must be.
+
+        Not while paused for its unauthenticated share: as finisher it would not finish.
+        """
+        return bool(self._buffer) and not self._closed and not self._paused & _SHARE
 
     def pause_for_share(self) -> None:
         self._pause(_SHARE)

@@ -189,6 +189,7 @@ class KafkaListener:
         sockname = sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
         self.enforcement.connections.add_listener(LISTENER_NAME)
+        self.request_memory.defer = loop.call_soon
         self._sweeper = asyncio.create_task(self._sweep(), name="kafka-listener-sweep")
         return self._bound
 
@@ -330,7 +331,7 @@ class KafkaListener:
             self._backlog.remove(connection)
 
     def refused_frame(self, connection: KafkaConnection, reason: str, detail: str) -> None:
-        """A bound closes ``connection`` (``reason`` is its key): counted, and logged rate-limited."""
+        """A bound closes ``connection`` (``reason``, its key): counted, logged rate-limited."""
         self.enforcement.refusals.count(DOOR, reason)
         address = connection.state.address
         self.refusal_log(
@@ -347,7 +348,7 @@ class KafkaListener:
     # -- idle connections and housekeeping ---------------------------------------------------
 
     async def _sweep(self) -> None:
-        """One periodic sweep for every connection: idle and partial-frame closes, quota housekeeping."""
+        """One periodic sweep: idle and partial-frame closes, quota housekeeping."""
         while True:
             enforcement = self.enforcement
             idle_ms = enforcement.connections_max_idle_ms
@@ -396,9 +397,7 @@ class KafkaListener:
         """
         cutoff = now_s - timeout_ms / 1000
         expired = [
-            connection
-            for connection in self.partial_frames
-            if connection.frame_started <= cutoff
+            connection for connection in self.partial_frames if connection.frame_started <= cutoff
         ]
         closed = 0
         for connection in expired:

@@ -29,8 +29,9 @@ from tests.telemetry.kafka_wire_client import WireClient, otlp_payload, running_
 from tests.telemetry.server_support import running
 
 if TYPE_CHECKING:
-    import pytest
     from pathlib import Path
+
+    import pytest
 
     from telemetry.server.bootstrap import Server
 

@@ -19,8 +19,8 @@ import aiohttp
 
 from telemetry.enforcement import READ_BYTES
 from telemetry.errors import ErrorCode
-from tests.telemetry.kafka_wire_client import IO_TIMEOUT_S, WireClient, otlp_payload
 from telemetry.wire import SIZE_PREFIX
+from tests.telemetry.kafka_wire_client import IO_TIMEOUT_S, WireClient, otlp_payload
 from tests.telemetry.server_support import get, running
 
 if TYPE_CHECKING:
@@ -105,7 +105,8 @@ async def test_size_prefixes_of_8_mib_frames_hold_only_their_bytes(tmp_path: Pat
             prefix_peers, listener.bound_address[1], peers, SIZE_PREFIX.pack(8 * MIB)
         )
         try:
-            await wait_for(lambda: len(listener.partial_frames) == peers)
+            await wait_for(lambda: listener.stats.connections_open == peers)
+            await wait_for(lambda: pool.held >= peers * SIZE_PREFIX.size)  # every prefix read
             # Charged by the bytes received, never the declared 8 MiB each.
             assert pool.held <= peers * SIZE_PREFIX.size
             assert pool.unauthenticated_held <= peers * SIZE_PREFIX.size
