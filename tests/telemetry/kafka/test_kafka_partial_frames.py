@@ -151,7 +151,7 @@ async def failed_login(server: Server) -> None:
 async def test_failed_sasl_attempts_are_logged_once_per_address_and_minute(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    attempts = 20
+    attempts = 10
     caplog.set_level(logging.INFO)
     async with running(tmp_path, SECURED) as server:
         assert server.listener is not None and server.listener.security is not None

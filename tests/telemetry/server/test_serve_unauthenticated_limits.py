@@ -16,6 +16,7 @@ import socket
 from typing import TYPE_CHECKING
 
 import aiohttp
+import uvloop
 
 from telemetry.enforcement import READ_BYTES
 from telemetry.errors import ErrorCode
@@ -195,3 +196,8 @@ header_timeout_ms = 120000
         finally:
             for peer in flood:
                 peer.close()
+
+
+def test_the_share_on_uvloop(tmp_path: Path) -> None:
+    """``kip714 serve`` runs on uvloop, which reads after ``connection_made`` even if paused."""
+    uvloop.run(test_one_address_holds_at_most_its_share_and_is_closed_at_the_timeout(tmp_path))
