@@ -11,7 +11,11 @@ an admin token), three measurements, each first idle then under attack:
    default 16 MiB bound) are posted (goal: median < 20 ms);
 3. **refusing a 300,000-resource DescribeConfigs**: from the last byte sent to
    the connection's close, beside a one-resource DescribeConfigs answered
-   (goal < 100 ms).
+   (goal < 100 ms);
+4. **Kafka RTT and RSS while connections hold partial 8 MiB frames** (issue 35
+   item 3): connections from one address send the size prefix of an 8 MiB
+   frame and 1 MiB of it, then stall; ApiVersions round trips from another
+   address (goal: p99 < 100 ms) and the server's RSS growth (goal < 64 MiB).
 
     python3 benchmarks/hostile_bench.py          # about a minute
     python3 benchmarks/hostile_bench.py --quick  # fewer attackers and bombs
@@ -25,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -218,6 +223,64 @@ async def describe_configs(server: Server) -> tuple[float, float]:
     return idle, await _describe_configs_ms(server, 300_000)
 
 
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _stall(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections from HOST, each sending what fits of an 8 MiB frame's first MiB."""
+    data = SIZE_PREFIX.pack(8 * 1024 * 1024) + b"\x01" * (1024 * 1024)
+    peers = []
+    for _ in range(count):
+        peer = socket.create_connection((HOST, port), timeout=60)
+        peer.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            peer.send(data)
+        peers.append(peer)
+    return peers
+
+
+async def _rtts_from(server: Server, address: str, seconds: float) -> list[float]:
+    reader, writer = await asyncio.open_connection(HOST, server.kafka, local_addr=(address, 0))
+    request = ApiVersionsRequest(client_software_name="bench", client_software_version="1")
+    rtts: list[float] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            writer.write(encode_request(_header(ApiKey.API_VERSIONS, 3, len(rtts)), request))
+            await _read_frame(reader)
+            rtts.append((time.perf_counter() - started) * 1000)
+            await asyncio.sleep(0.005)
+    finally:
+        writer.close()
+    return rtts
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] if len(values) > 1 else values[0]
+
+
+async def partial_frames(server: Server, attackers: int) -> tuple[float, float, float]:
+    """Kafka RTT p99 idle and while ``attackers`` hold partial frames; the RSS growth."""
+    assert server.proc is not None
+    idle = _p99(await _rtts_from(server, "127.0.0.2", 2.0))
+    rss_before = _rss_mib(server.proc.pid)
+    peers = await asyncio.to_thread(_stall, server.kafka, attackers)
+    try:
+        await asyncio.sleep(0.5)  # read up to the address's share, then paused
+        attacked = _p99(await _rtts_from(server, "127.0.0.2", 3.0))
+        growth = _rss_mib(server.proc.pid) - rss_before
+    finally:
+        for peer in peers:
+            peer.close()
+    return idle, attacked, growth
+
+
 async def run(quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="kip714-hostile-") as workdir:
         server = Server(Path(workdir))
@@ -237,6 +300,13 @@ async def run(quick: bool) -> None:
             print(
                 f"DescribeConfigs:   1 resource {idle:6.2f} ms   300,000 resources refused in "
                 f"{refused:6.2f} ms   (goal < 100)"
+            )
+            attackers = 13 if quick else 100
+            idle, attacked, growth = await partial_frames(server, attackers)
+            print(
+                f"Kafka RTT p99:     idle {idle:8.2f} ms   while {attackers} connections hold "
+                f"partial 8 MiB frames {attacked:8.2f} ms   (goal < 100); "
+                f"RSS +{growth:.1f} MiB (goal < 64)"
             )
         finally:
             server.stop()

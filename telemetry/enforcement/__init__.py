@@ -14,8 +14,13 @@ from telemetry.enforcement.client_quotas import ClientQuotas, EntitySensors, Thr
 from telemetry.enforcement.connection_limits import Admission, AdmissionOutcome, ConnectionLimits
 from telemetry.enforcement.enforcer import Enforcement
 from telemetry.enforcement.entity import ClientEntity
-from telemetry.enforcement.refusals import Refusals
-from telemetry.enforcement.request_memory import READ_BYTES, MemoryClient, RequestMemoryPool
+from telemetry.enforcement.refusals import RateLimitedLog, Refusals
+from telemetry.enforcement.request_memory import (
+    READ_BYTES,
+    MemoryClient,
+    PendingClient,
+    RequestMemoryPool,
+)
 from telemetry.enforcement.settings import (
     ANONYMOUS_USER,
     ClientQuotaSettings,
@@ -41,7 +46,9 @@ __all__ = [
     "IpQuotaSettings",
     "LimitSettings",
     "MemoryClient",
+    "PendingClient",
     "QuotaSettings",
+    "RateLimitedLog",
     "Refusals",
     "RequestMemoryPool",
     "Throttle",

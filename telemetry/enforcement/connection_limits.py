@@ -16,13 +16,22 @@ For each new connection, in Kafka's order (``SocketServer.Acceptor``):
 
 A closed connection releases its slot (``release``, Kafka's ``dec``).
 Transport-independent: the listener applies the delays and closes.
+
+Every listener (the Kafka listener, the HTTP listener) counts against the one
+``max_connections``, counted at accept, before any authentication; so that a
+flood of one listener cannot refuse every new connection of the other, each
+listener registered with :meth:`ConnectionLimits.add_listener` keeps a
+reserve of ``max_connections // 10`` slots the others may not take (as
+Kafka's per-listener ``listener.name.X.max.connections`` partitions a
+broker's connections): a listener is full at ``max_connections`` minus the
+part of the other listeners' reserves they do not use.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from quotas import (
     DEFAULT,
@@ -36,7 +45,10 @@ from telemetry.enforcement.throttles import ThrottleReason, ThrottleTracker
 if TYPE_CHECKING:
     from telemetry.enforcement.settings import LimitSettings, QuotaSettings
 
-__all__ = ["Admission", "AdmissionOutcome", "ConnectionLimits"]
+__all__ = ["LISTENER_RESERVE_DIVISOR", "Admission", "AdmissionOutcome", "ConnectionLimits"]
+
+#: Each listener keeps ``max_connections // 10`` slots the other listeners cannot take.
+LISTENER_RESERVE_DIVISOR: Final = 10
 
 
 class AdmissionOutcome(enum.Enum):
@@ -75,7 +87,25 @@ class ConnectionLimits:
             metrics=metrics,
         )
         self._ip_rates: dict[str | None, int] = {}
+        self._listeners: list[str] = []
         self.apply(quotas, limits)
+
+    def add_listener(self, listener: str) -> None:
+        """A listener that keeps its reserve of slots (see the module docstring)."""
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+            self.quotas.add_listener(listener)
+
+    def reserved_for_others(self, listener: str) -> int:
+        """Slots ``listener`` may not take: the other listeners' unused reserves."""
+        connection_quotas = self.quotas
+        reserve = connection_quotas.max_connections // LISTENER_RESERVE_DIVISOR
+        reserved = 0
+        if reserve:
+            for other in self._listeners:
+                if other != listener:
+                    reserved += max(0, reserve - connection_quotas.listener_count(other))
+        return reserved
 
     def apply(self, quotas: QuotaSettings, limits: LimitSettings) -> None:
         """Take new limits and per-IP rates; counts and recorded rates are kept."""
@@ -97,7 +127,8 @@ class ConnectionLimits:
         connection_quotas = self.quotas
         if (
             not connection_quotas.connection_slot_available(listener)
-            or connection_quotas.total_count + waiting >= connection_quotas.max_connections
+            or connection_quotas.total_count + waiting + self.reserved_for_others(listener)
+            >= connection_quotas.max_connections
         ):
             self.tracker.count(ThrottleReason.MAX_CONNECTIONS)
             return Admission(AdmissionOutcome.REFUSED, reason=ThrottleReason.MAX_CONNECTIONS)

@@ -41,6 +41,10 @@ class Enforcement:
     def connections_max_idle_ms(self) -> int:
         return self.limit_settings.connections_max_idle_ms
 
+    @property
+    def partial_frame_timeout_ms(self) -> int:
+        return self.limit_settings.partial_frame_timeout_ms
+
     def apply(self, quotas: QuotaSettings, limits: LimitSettings) -> None:
         """Take new settings at run time.
 

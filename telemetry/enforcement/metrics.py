@@ -138,8 +138,8 @@ def _connections_and_memory(enforcement: Enforcement) -> Iterable[Metric]:
         "Requests refused by a bound (design invariant 10), by door and by the bound's key.",
         labels=["door", "reason"],
     )
-    for (door, reason), count in sorted(enforcement.refusals.counts.items()):
-        refused.add_metric([door, reason], count)
+    for (door, bound), count in sorted(enforcement.refusals.counts.items()):
+        refused.add_metric([door, bound], count)
     yield refused
     yield GaugeMetricFamily(
         "kip714_throttled_entities",
@@ -149,12 +149,16 @@ def _connections_and_memory(enforcement: Enforcement) -> Iterable[Metric]:
     pool = enforcement.request_memory
     memory = GaugeMetricFamily(
         "kip714_request_memory_bytes",
-        "Request bytes read but not yet handled (started frames whole), and the bound.",
+        "Request bytes read but not yet handled (started frames as received), and the bound; "
+        "unauthenticated: what connections not yet authenticated hold, and their share's bound.",
         labels=["kind"],
     )
     memory.add_metric(["held"], pool.held)
     memory.add_metric(["peak"], pool.peak)
     memory.add_metric(["bound"], pool.bound)
+    memory.add_metric(["unauthenticated"], pool.unauthenticated_held)
+    memory.add_metric(["unauthenticated_peak"], pool.unauthenticated_peak)
+    memory.add_metric(["unauthenticated_bound"], pool.unauthenticated_bound)
     yield memory
     yield GaugeMetricFamily(
         "kip714_request_memory_waiting_connections",

@@ -5,7 +5,9 @@ Names follow Kafka's: ``window_num``/``window_size_s`` are
 entity config keys of ``kafka-configs.sh`` with ``producer_byte_rate`` read as
 ``push_byte_rate``; ``[limits]`` are the broker settings ``max.connections``,
 ``max.connections.per.ip``, ``max.connection.creation.rate``,
-``connections.max.idle.ms`` and ``queued.max.request.bytes``.
+``connections.max.idle.ms`` and ``queued.max.request.bytes``;
+``partial_frame_timeout_ms`` has no Kafka counterpart (how long a started
+Kafka frame may take to arrive whole).
 
 An entity names a ``user``, a ``client_id`` or both; ``"<default>"`` is the
 default at that level and an absent key means "not part of the entity", as
@@ -32,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_IP",
     "DEFAULT_MAX_CONNECTION_CREATION_RATE",
+    "DEFAULT_PARTIAL_FRAME_TIMEOUT_MS",
     "DEFAULT_QUEUED_MAX_REQUEST_BYTES",
     "ClientQuotaSettings",
     "IpQuotaSettings",
@@ -48,6 +51,7 @@ DEFAULT_MAX_CONNECTIONS_PER_IP: Final = 1_000
 DEFAULT_MAX_CONNECTION_CREATION_RATE: Final = 1_000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS: Final = 600_000
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 104_857_600
+DEFAULT_PARTIAL_FRAME_TIMEOUT_MS: Final = 10_000
 _INT32_MAX: Final = 2**31 - 1
 _CLIENT_QUOTA_KEYS: Final = ("push_byte_rate", "request_percentage", "controller_mutation_rate")
 
@@ -94,6 +98,8 @@ class LimitSettings:
     max_connection_creation_rate: int = DEFAULT_MAX_CONNECTION_CREATION_RATE
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    #: A Kafka frame must arrive whole within this long of its first byte, or its connection closes.
+    partial_frame_timeout_ms: int = DEFAULT_PARTIAL_FRAME_TIMEOUT_MS
 
 
 def parse_quotas(section: Mapping[str, Any]) -> QuotaSettings:
@@ -118,7 +124,12 @@ def parse_limits(section: Mapping[str, Any]) -> LimitSettings:
         name: toml.integer(f"limits.{name}", section.get(name, getattr(defaults, name)), 1, None)
         for name in known
     }
-    for name in ("max_connections", "max_connections_per_ip", "max_connection_creation_rate"):
+    for name in (
+        "max_connections",
+        "max_connections_per_ip",
+        "max_connection_creation_rate",
+        "partial_frame_timeout_ms",
+    ):
         if values[name] > _INT32_MAX:
             raise ConfigError(f"limits.{name}", values[name], f"must be at most {_INT32_MAX}")
     return LimitSettings(**values)

@@ -25,12 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
-from telemetry.enforcement import AdmissionOutcome
+from telemetry.enforcement import AdmissionOutcome, RateLimitedLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,8 +41,6 @@ _log = logging.getLogger(__name__)
 LISTENER_NAME: Final = "http"
 DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
 DEFAULT_BODY_TIMEOUT_MS: Final = 60_000
-LOG_INTERVAL_S: Final = 60.0
-_MAX_LOGGED_ADDRESSES: Final = 4096
 _HEAD_END: Final = b"\r\n\r\n"
 _CHUNKED_END: Final = b"0\r\n\r\n"
 _CONTENT_LENGTH: Final = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,18})[ \t]*\r\n", re.I)
@@ -61,26 +58,6 @@ class HttpConnectionStats:
     closed: Counter[str] = field(default_factory=Counter)
 
 
-class _RateLimitedLog:
-    """One line per address and minute; the table of addresses is bounded."""
-
-    def __init__(self) -> None:
-        self._last: dict[tuple[str, str], float] = {}
-
-    def __call__(self, address: str, what: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        key = (address, what)
-        last = self._last.get(key)
-        if last is not None and now - last < LOG_INTERVAL_S:
-            return
-        if len(self._last) >= _MAX_LOGGED_ADDRESSES:
-            self._last = {k: t for k, t in self._last.items() if now - t < LOG_INTERVAL_S}
-            if len(self._last) >= _MAX_LOGGED_ADDRESSES:
-                return
-        self._last[key] = now
-        _log.warning(message, *args)
-
-
 class HttpConnectionGate:
     """Builds the protocol of each HTTP connection: admission, then the timeouts."""
 
@@ -93,11 +70,12 @@ class HttpConnectionGate:
         body_timeout_ms: int = DEFAULT_BODY_TIMEOUT_MS,
     ) -> None:
         self.limits = limits
+        limits.add_listener(LISTENER_NAME)  # keeps its reserve of max_connections
         self.clock = clock
         self.header_timeout_s = header_timeout_ms / 1000
         self.body_timeout_s = body_timeout_ms / 1000
         self.stats = HttpConnectionStats()
-        self.log = _RateLimitedLog()
+        self.log = RateLimitedLog(_log)
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: cast("asyncio.Protocol", _GatedProtocol(self, inner()))

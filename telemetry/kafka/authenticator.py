@@ -20,6 +20,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Final
 
+from telemetry.enforcement import RateLimitedLog
 from telemetry.kafka.connection import CloseConnectionError
 from telemetry.security import (
     SaslErrorCode,
@@ -91,6 +92,8 @@ class KafkaSecurity:
         self.scram_admin = scram_admin
         self.checks = checks or PasswordChecks(settings.password_check_threads)
         self._pending: dict[str, _PendingAuthentication] = {}
+        #: A flood of failed attempts writes one line per address and minute.
+        self._failure_log = RateLimitedLog(_log, logging.INFO)
         self._dummy = dummy_hash(settings.plain_users)
         #: Completed authentications, re-authentications and failures, for tests and metrics.
         self.authentications = 0
@@ -106,6 +109,7 @@ class KafkaSecurity:
             state.authenticate(name)
         settings = self.settings
         if settings.sasl_enabled:
+            state.authentication_required = not (settings.allow_anonymous or name is not None)
             state.sasl = SaslSession(
                 settings.sasl_mechanisms,
                 plain=self._verify_plain,
@@ -253,8 +257,11 @@ class KafkaSecurity:
 
     def _failed(self, state: ConnectionState, outcome: AuthenticateAnswer) -> None:
         self.failures += 1
-        _log.info(
-            "SASL authentication failed on %s from %s: %s",
+        self._failure_log(
+            state.address,
+            "sasl",
+            "SASL authentication failed on %s from %s: %s "
+            "(further failures from this address within a minute are not logged)",
             state.connection_id,
             state.address,
             outcome.reason or outcome.error_message,

@@ -16,33 +16,44 @@ can take is one byte, not a whole read.
 Memory per connection is bounded: reading pauses while a frame is in flight
 and more than a few frames (or more than one maximal frame) are buffered,
 and while the peer does not read its responses. Across connections, the
-bytes held (partial frames included) count against the listener's
-``queued_max_request_bytes`` pool, which pauses readers when it is full.
+bytes held count against the listener's ``queued_max_request_bytes`` pool,
+which pauses readers when it is full: complete frames, and of a frame being
+received the bytes received so far, never its declared size (a size prefix
+alone would otherwise reserve up to ``max_frame_bytes``).
+
+Until it is authenticated (on a listener without SASL, or with anonymous
+clients allowed: until its first request is answered) a connection is
+*pending*: its bytes also count against its address's share of the pool's
+unauthenticated share (``RequestMemoryPool.enter_pending``), which pauses it
+when full; and where SASL is required its frames may declare at most
+:data:`PRE_AUTHENTICATION_MAX_FRAME_BYTES` (Kafka's
+``sasl.server.max.receive.size``). A frame must complete within
+``partial_frame_timeout_ms`` of its first byte: the listener's sweep closes
+a connection whose frame does not (:attr:`KafkaConnection.frame_started`).
 Reading is paused for any of several reasons at once (a backlog, a mute, the
-memory pool, a delayed admission) and resumes when none is left.
+memory pool, a delayed admission, a full unauthenticated share) and resumes
+when none is left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from telemetry.core.client_instance import RequestContext
 from telemetry.core.client_uuid import Uuid
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
-from telemetry.security.sasl_session import SaslSession
+from telemetry.security.sasl_session import SaslSession, SaslState
 from telemetry.wire import SIZE_PREFIX, MalformedFrameError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from telemetry.enforcement import EntitySensors, RequestMemoryPool
+    from telemetry.enforcement import EntitySensors, RateLimitedLog, RequestMemoryPool
 
-_log = logging.getLogger(__name__)
 
 #: Frames buffered beyond the one in flight before reading pauses.
 MAX_QUEUED_FRAMES = 8
@@ -54,6 +65,15 @@ _BACKLOG = 1  # frames queued up, or more than a frame buffered
 _MUTED = 2  # a throttle is being served (KIP-219)
 _MEMORY = 4  # the queued_max_request_bytes pool is full
 _ADMISSION = 8  # the acceptor delays the connection (creation rate) or will close it
+_SHARE = 16  # not yet authenticated, and its share of the memory pool is full
+#: Waits the server imposes: a partial frame's clock does not run through them.
+_SERVER_WAITS = _BACKLOG | _MUTED
+
+#: Kafka's ``sasl.server.max.receive.size``: the largest frame before SASL authentication.
+PRE_AUTHENTICATION_MAX_FRAME_BYTES: Final = 512 * 1024
+#: Close reasons that are refusals by a bound (``kip714_requests_refused_total``).
+PARTIAL_FRAME_TIMEOUT: Final = "partial_frame_timeout_ms"
+PRE_AUTHENTICATION_FRAME: Final = "sasl_server_max_receive_size"
 
 
 class CloseConnectionError(Exception):
@@ -80,6 +100,8 @@ class ConnectionState:
     user: str = ANONYMOUS_USER
     #: The SASL state when the listener has SASL enabled.
     sasl: SaslSession | None = None
+    #: SASL must complete before anything but ApiVersions and SASL is served.
+    authentication_required: bool = False
     #: Set with a response after which the connection closes (a failed SASL step).
     closing: str | None = None
     #: The quota sensors of ``entity``, resolved once (``ClientQuotas.sensors``).
@@ -168,6 +190,10 @@ class FrameHandler(Protocol):
 
     max_frame_bytes: int
     request_memory: RequestMemoryPool
+    #: Connections with a frame started and not complete (the timeout's sweep reads it).
+    partial_frames: dict[KafkaConnection, None]
+    #: Why connections are closed, logged at most once per address, reason and minute.
+    refusal_log: RateLimitedLog
     #: Throttled entities and until when (``time.monotonic``): see ``KafkaApis.mute``.
     muted: dict[ClientEntity, float]
     #: Where every connection's reads land (one event loop reads one at a time).
@@ -186,6 +212,10 @@ class FrameHandler(Protocol):
     def connection_active(self, connection: KafkaConnection) -> None: ...
 
     def connection_closed(self, connection: KafkaConnection, reason: str) -> None: ...
+
+    def refused_frame(self, connection: KafkaConnection, reason: str, detail: str) -> None:
+        """A bound closes the connection: counted and logged (rate-limited) by the listener."""
+        ...
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -208,6 +238,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._mute: asyncio.TimerHandle | None = None
         self._in_flight = False  # a pending response (a push waiting for the log)
         self._idle: asyncio.Future[None] | None = None  # made only when asked: see idle
+        self._max_frame = handler.max_frame_bytes  # lower while SASL is not done
+        self._pending = False  # in the pool's unauthenticated share (see the docstring)
+        #: When the frame being received started (``time.monotonic``); 0: none is.
+        self.frame_started = 0.0
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio callbacks -------------------------------------------------------------------
@@ -217,9 +251,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._transport = cast("asyncio.Transport", transport)
         peer = self._transport.get_extra_info("peername") or ("", 0)
         self.state = self._state_factory(str(peer[0]), int(peer[1]))
-        if not self._handler.request_memory.register(self):
+        pool = self._handler.request_memory
+        if not pool.register(self):
             self._pause(_MEMORY)
+        self._pending = True
+        if not pool.enter_pending(self, self.state.address):
+            self._pause(_SHARE)
         self._handler.connection_opened(self)
+        if self.state.authentication_required:
+            self._max_frame = min(self._max_frame, PRE_AUTHENTICATION_MAX_FRAME_BYTES)
         if self._paused:
             # uvloop starts reading after connection_made returns, whatever
             # pause_reading said inside it: pause again once it has.
@@ -242,7 +282,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # The usual read: exactly one whole request, nothing held before it.
             # Copied once, straight from the read buffer (no append, no delete).
             (size,) = SIZE_PREFIX.unpack_from(read)
-            if nbytes == SIZE_PREFIX.size + size and size <= self._handler.max_frame_bytes:
+            if nbytes == SIZE_PREFIX.size + size and size <= self._max_frame:
                 self._frames.append(bytes(read[SIZE_PREFIX.size : nbytes]))
                 self._frame_bytes += size
                 self._pump()
@@ -255,8 +295,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 # Not admitted yet: keep the byte, never serve it.
                 self._count_held()
                 return
+        queued = len(self._frames)
         if self._split_frames():
+            started = len(self._frames) > queued  # the rest of the buffer began in this read
             self._pump()
+            if self._buffer and not self._closed:
+                if started or not self.frame_started:
+                    self.frame_started = time.monotonic()
+                    self._handler.partial_frames[self] = None
+            elif self.frame_started:
+                self._stop_frame_clock()
         self._count_held()
 
     def eof_received(self) -> bool:
@@ -284,14 +332,37 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._unpause(_ADMISSION)
 
     def pause_for_memory(self) -> bool:
-        """Pause unless in the middle of a frame, which holds its memory and reads on."""
-        if len(self._buffer) >= SIZE_PREFIX.size and not self._closed:
+        """Pause, in the middle of a frame too: the pool lets one finish at a time."""
+        if self._closed:
             return False
         self._pause(_MEMORY)
         return True
 
     def resume_for_memory(self) -> None:
         self._unpause(_MEMORY)
+
+    @property
+    def mid_frame(self) -> bool:
+        """Part of a frame is buffered and may be read on: what the pool's finisher must be.
+
+        Not while paused for its unauthenticated share: as finisher it would not finish.
+        """
+        return bool(self._buffer) and not self._closed and not self._paused & _SHARE
+
+    def pause_for_share(self) -> None:
+        self._pause(_SHARE)
+
+    def resume_for_share(self) -> None:
+        self._unpause(_SHARE)
+
+    @property
+    def waiting_for_server(self) -> bool:
+        """Reading is paused by the server's own doing (a throttle, a backlog of frames)."""
+        return bool(self._paused & _SERVER_WAITS)
+
+    def restart_frame_clock(self, now_s: float) -> None:
+        """The server held this connection's partial frame: its clock starts again."""
+        self.frame_started = now_s
 
     @property
     def ssl_object(self) -> object:
@@ -335,11 +406,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _split_frames(self) -> bool:
         buffer = self._buffer
-        limit = self._handler.max_frame_bytes
+        limit = self._max_frame
         while len(buffer) >= SIZE_PREFIX.size:
             (size,) = SIZE_PREFIX.unpack_from(buffer)
             if size < 0 or size > limit:
-                self.close("malformed", f"frame size {size} outside 0..{limit}")
+                if 0 < size <= self._handler.max_frame_bytes:
+                    # Only the pre-authentication bound refuses it (Kafka's
+                    # sasl.server.max.receive.size): a bound, counted as such.
+                    detail = f"frame size {size} over {limit} before SASL authentication"
+                    self._handler.refused_frame(self, PRE_AUTHENTICATION_FRAME, detail)
+                    self.close(PRE_AUTHENTICATION_FRAME)
+                else:
+                    self.close("malformed", f"frame size {size} outside 0..{limit}")
                 return False
             end = SIZE_PREFIX.size + size
             if len(buffer) < end:
@@ -352,21 +430,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True
 
     def _count_held(self) -> None:
-        """Tell the memory pool what this connection holds: its frames, and the one it started.
+        """Tell the memory pool what this connection holds: its frames, and what it has of the next.
 
-        A started frame counts with its declared size, as Kafka allocates a
-        whole request from its pool once it has read the size.
+        A started frame counts by the bytes received, not its declared size
+        (as Kafka would allocate it): four bytes of size prefix must not
+        reserve megabytes of the shared pool.
         """
-        held = 0
-        if not self._closed:
-            buffer = self._buffer
-            held = self._frame_bytes + len(buffer)
-            if len(buffer) >= SIZE_PREFIX.size:
-                held = self._frame_bytes + SIZE_PREFIX.size + SIZE_PREFIX.unpack_from(buffer)[0]
+        held = 0 if self._closed else self._frame_bytes + len(self._buffer)
         delta = held - self._held
         pool = self._handler.request_memory
         if delta or pool.held >= pool.bound:  # pool.exhausted, without the property call
             self._held = held
+            if self._pending and delta:
+                pool.change_pending(self.state.address, delta)
             pool.change(delta)
 
     def _pump(self) -> None:
@@ -432,6 +508,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.state.closing is not None:
             self.close("refused", self.state.closing)  # closing flushes the response first
             return
+        if self._pending:
+            self._leave_pending()
         self._handler.connection_active(self)
         if throttle_time_ms > 0:
             # KIP-219: the response goes out first, then the channel is muted:
@@ -441,6 +519,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._mute = asyncio.get_running_loop().call_later(
                 throttle_time_ms / 1000, self._unmute
             )
+
+    def _leave_pending(self) -> None:
+        """Authenticated (or, with no SASL required, a request answered): out of the share."""
+        state = self.state
+        if state.authentication_required:
+            session = state.sasl
+            if session is None or session.state is not SaslState.AUTHENTICATED:
+                return
+        self._pending = False
+        self._max_frame = self._handler.max_frame_bytes
+        self._handler.request_memory.leave_pending(self, state.address, self._held)
+        self._unpause(_SHARE)
+
+    def _stop_frame_clock(self) -> None:
+        self.frame_started = 0.0
+        self._handler.partial_frames.pop(self, None)
 
     def _unmute(self) -> None:
         self._mute = None
@@ -470,7 +564,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self._closed = True
         if detail is not None:
-            _log.warning(
+            # Once per address, reason and minute: a flood of bad requests
+            # (failed SASL attempts, malformed frames) must not flood the log.
+            self._handler.refusal_log(
+                self.state.address,
+                reason,
                 "closing connection %s from %s:%s: %s",
                 self.state.connection_id,
                 self.state.address,
@@ -495,6 +593,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._mute is not None:
             self._mute.cancel()
             self._mute = None
-        self._handler.request_memory.unregister(self, self._held)
+        if self.frame_started:
+            self._stop_frame_clock()
+        pool = self._handler.request_memory
+        if self._pending:
+            self._pending = False
+            pool.leave_pending(self, self.state.address, self._held)
+        pool.unregister(self, self._held)
         self._held = 0
         self._handler.connection_closed(self, reason)

@@ -2,10 +2,11 @@
 
 The listener owns the sockets: it accepts connections (Kafka's connection
 quotas at accept: refuse, close after a delay, or delay the acceptor),
-closes idle ones in one periodic sweep, bounds the bytes read but not yet
-handled across connections by the memory pool, and hands every complete
-frame to :class:`~telemetry.kafka.apis.KafkaApis`, which answers it from the
-one table of served APIs.
+closes idle ones and those whose frame did not complete within
+``partial_frame_timeout_ms`` in one periodic sweep, bounds the bytes read but
+not yet handled across connections by the memory pool, and hands every
+complete frame to :class:`~telemetry.kafka.apis.KafkaApis`, which answers it
+from the one table of served APIs.
 
 One task per connection reads size-prefixed frames and answers each request
 before reading the next, as a Kafka broker mutes a channel while its request
@@ -36,10 +37,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from telemetry.enforcement import READ_BYTES, AdmissionOutcome, Enforcement, ThrottleReason
+from telemetry.enforcement import (
+    READ_BYTES,
+    AdmissionOutcome,
+    Enforcement,
+    RateLimitedLog,
+    ThrottleReason,
+)
 from telemetry.ingress import DECOMPRESSION_THREADS, lower_thread_priority, wall_clock_ms
 from telemetry.kafka.apis import KafkaApis
-from telemetry.kafka.connection import ConnectionState, KafkaConnection, PendingResponse
+from telemetry.kafka.connection import (
+    PARTIAL_FRAME_TIMEOUT,
+    ConnectionState,
+    KafkaConnection,
+    PendingResponse,
+)
 
 if TYPE_CHECKING:
     import socket
@@ -59,6 +71,8 @@ CLOSE_GRACE_S = 2.0
 
 #: The listener's name in connection quotas (Kafka's listener name).
 LISTENER_NAME = "kafka"
+#: The door's name in ``kip714_requests_refused_total{door}``.
+DOOR = "kafka"
 #: The idle sweep runs this often at most (and at least ten times per idle limit).
 MAX_SWEEP_PERIOD_S = 1.0
 
@@ -102,6 +116,11 @@ class KafkaListener:
         self.read_buffer = memoryview(bytearray(READ_BYTES))
         self.stats = ListenerStats()
         self.max_frame_bytes = config.max_frame_bytes
+        #: Connections with a frame started, not complete: see :meth:`close_partial_frames`.
+        self.partial_frames: dict[KafkaConnection, None] = {}
+        #: Closes (by a bound, a refused or malformed request) are logged once per
+        #: address, reason and minute.
+        self.refusal_log = RateLimitedLog(logging.getLogger("telemetry.kafka.connection"))
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
         self._ids = itertools.count(1)
@@ -169,6 +188,8 @@ class KafkaListener:
         sockets: Sequence[socket.socket] = getattr(self._server, "sockets")  # noqa: B009
         sockname = sockets[0].getsockname()
         self._bound = (str(sockname[0]), int(sockname[1]))
+        self.enforcement.connections.add_listener(LISTENER_NAME)
+        self.request_memory.defer = loop.call_soon
         self._sweeper = asyncio.create_task(self._sweep(), name="kafka-listener-sweep")
         return self._bound
 
@@ -309,14 +330,34 @@ class KafkaListener:
         if self._backlog and connection in self._backlog:
             self._backlog.remove(connection)
 
+    def refused_frame(self, connection: KafkaConnection, reason: str, detail: str) -> None:
+        """A bound closes ``connection`` (``reason``, its key): counted, logged rate-limited."""
+        self.enforcement.refusals.count(DOOR, reason)
+        address = connection.state.address
+        self.refusal_log(
+            address,
+            reason,
+            "closing Kafka connection %s from %s: %s (%s; further closes for it from this "
+            "address within a minute are not logged)",
+            connection.state.connection_id,
+            address,
+            detail,
+            reason,
+        )
+
     # -- idle connections and housekeeping ---------------------------------------------------
 
     async def _sweep(self) -> None:
-        """One periodic sweep for every connection: idle closes and quota housekeeping."""
+        """One periodic sweep: idle and partial-frame closes, quota housekeeping."""
         while True:
-            idle_ms = self.enforcement.connections_max_idle_ms
-            await asyncio.sleep(min(MAX_SWEEP_PERIOD_S, max(0.01, idle_ms / 10_000)))
+            enforcement = self.enforcement
+            idle_ms = enforcement.connections_max_idle_ms
+            partial_ms = enforcement.partial_frame_timeout_ms
+            await asyncio.sleep(
+                min(MAX_SWEEP_PERIOD_S, max(0.01, idle_ms / 10_000), max(0.01, partial_ms / 10_000))
+            )
             try:
+                self.close_partial_frames(time.monotonic(), partial_ms)
                 self.close_idle(time.monotonic(), idle_ms)
                 self.apis.unmute_expired(time.monotonic())
                 self.enforcement.tick(self.clock())
@@ -344,6 +385,32 @@ class KafkaListener:
             )  # fmt: skip
             activity.pop(connection, None)
             connection.close("idle")
+        return closed
+
+    def close_partial_frames(self, now_s: float, timeout_ms: int) -> int:
+        """Close connections whose frame did not complete within ``timeout_ms`` of its first byte.
+
+        A connection the server itself holds (a throttle being served, a
+        backlog of frames) is not timed meanwhile: its clock starts again.
+        A connection paused by the memory pool or by its unauthenticated
+        share is timed: it is what holds the memory.
+        """
+        cutoff = now_s - timeout_ms / 1000
+        expired = [
+            connection for connection in self.partial_frames if connection.frame_started <= cutoff
+        ]
+        closed = 0
+        for connection in expired:
+            if connection.waiting_for_server:
+                connection.restart_frame_clock(now_s)
+                continue
+            closed += 1
+            self.refused_frame(
+                connection,
+                PARTIAL_FRAME_TIMEOUT,
+                f"a frame not complete {timeout_ms} ms after its first byte",
+            )
+            connection.close(PARTIAL_FRAME_TIMEOUT)
         return closed
 
     async def _stop_sweeper(self) -> None:

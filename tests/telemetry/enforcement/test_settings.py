@@ -46,6 +46,7 @@ max_connections_per_ip = 50
 max_connection_creation_rate = 100
 connections_max_idle_ms = 60000
 queued_max_request_bytes = 10485760
+partial_frame_timeout_ms = 5000
 """
 
 
@@ -75,6 +76,7 @@ def test_the_documented_example_loads() -> None:
         max_connection_creation_rate=100,
         connections_max_idle_ms=60000,
         queued_max_request_bytes=10485760,
+        partial_frame_timeout_ms=5000,
     )
 
 
@@ -88,6 +90,7 @@ def test_defaults_have_no_quota_and_kafka_like_limits() -> None:
         max_connection_creation_rate=1_000,
         connections_max_idle_ms=600_000,
         queued_max_request_bytes=104_857_600,
+        partial_frame_timeout_ms=10_000,
     )
 
 
@@ -135,6 +138,8 @@ def test_defaults_have_no_quota_and_kafka_like_limits() -> None:
         ({"limits": {"max_connections_per_ip": 2**31}}, "limits.max_connections_per_ip"),
         ({"limits": {"connections_max_idle_ms": 1.5}}, "limits.connections_max_idle_ms"),
         ({"limits": {"queued_max_request_bytes": 1024}}, "limits.queued_max_request_bytes"),
+        ({"limits": {"partial_frame_timeout_ms": 0}}, "limits.partial_frame_timeout_ms"),
+        ({"limits": {"partial_frame_timeout_ms": 2**31}}, "limits.partial_frame_timeout_ms"),
     ],
 )
 def test_bad_values_name_the_key(document: dict[str, Any], key: str) -> None:

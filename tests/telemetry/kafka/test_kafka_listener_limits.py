@@ -24,7 +24,14 @@ from telemetry.enforcement import (
     ThrottleReason,
 )
 from telemetry.errors import ErrorCode
-from telemetry.wire import SIZE_PREFIX, ApiKey, ApiVersionsRequest, ApiVersionsResponse
+from telemetry.wire import (
+    SIZE_PREFIX,
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    RequestHeader,
+    encode_request,
+)
 from tests.telemetry.kafka_wire_client import (
     IO_TIMEOUT_S,
     LOOPBACK,
@@ -153,28 +160,37 @@ async def test_idle_connections_are_closed_also_when_stalled_mid_frame(tmp_path:
 
 
 async def test_stalled_partial_frames_hold_at_most_the_memory_bound(tmp_path: Path) -> None:
-    """Peers send most of a big frame and stall: the bytes held stay bounded; idle closes them."""
+    """Peers send most of a big frame and stall: the bytes held stay bounded; idle closes them.
+
+    Each peer has a request answered first (ApiVersions): unanswered ones would be
+    held by the unauthenticated share (test_serve_unauthenticated_limits.py).
+    """
     bound = 256 * KIB
     frame_bytes = 64 * KIB
     peers = 40  # 40 x 60 KiB = 2.4 MiB offered, almost ten times the bound
     enforcer = limits(queued_max_request_bytes=bound, connections_max_idle_ms=1500)
+    request = ApiVersionsRequest(client_software_name="x", client_software_version="1")
+    header = RequestHeader(
+        api_key=ApiKey.API_VERSIONS, api_version=3, correlation_id=1, client_id="t"
+    )
+    first = encode_request(header, request)
     async with running_server(
         tmp_path, max_frame_bytes=frame_bytes, enforcement=enforcer
     ) as server:
         # From another thread, each peer connecting and sending at once: later
         # peers arrive while the pool is already full.
-        stalled = await asyncio.to_thread(
-            stall_peers, server.port, peers, SIZE_PREFIX.pack(frame_bytes) + b"\x01" * (60 * KIB)
-        )
+        data = first + SIZE_PREFIX.pack(frame_bytes) + b"\x01" * (60 * KIB)
+        stalled = await asyncio.to_thread(stall_peers, server.port, peers, data)
         try:
             await wait_until(lambda: enforcer.request_memory.exhausted)
             await asyncio.sleep(0.2)
             pool = enforcer.request_memory
             held_while_stalled = pool.held
-            # Started frames count whole; readers between frames are paused at once
-            # and offered one byte at a time, so the bound is passed by at most the
-            # frame that crossed it (and a byte per paused peer).
-            assert bound <= pool.peak <= bound + frame_bytes + 4 + peers
+            # Frames count as received; every reader is paused at once and offered
+            # one byte at a time, but one in the middle of a frame (the finisher),
+            # so the bound is passed by at most the read that crossed it, the rest
+            # of the finisher's frame and a byte per paused peer.
+            assert bound <= pool.peak <= bound + len(data) + frame_bytes + peers
             assert pool.waiting > 0
             assert await server.wait_idle() == 0  # every stalled peer closed for idleness
         finally:
@@ -182,7 +198,7 @@ async def test_stalled_partial_frames_hold_at_most_the_memory_bound(tmp_path: Pa
                 peer.close()
         assert (pool.held, pool.waiting) == (0, 0)
         assert await serves_telemetry(server)
-    assert bound <= held_while_stalled <= bound + frame_bytes + 4 + peers
+    assert bound <= held_while_stalled <= bound + len(data) + frame_bytes + peers
     assert server.listener.stats.closed_for["idle"] == peers
 
 
@@ -203,6 +219,8 @@ async def test_a_full_pool_resumes_readers_as_frames_are_handled(tmp_path: Path)
     enforcer = limits(queued_max_request_bytes=bound)
     async with running_server(tmp_path, max_frame_bytes=32 * KIB, enforcement=enforcer) as server:
         clients = [await server.connect() for _ in range(16)]
+        # A request answered first: unanswered connections hold only their share.
+        assert all([await served(client) for client in clients])
         # 16 clients x 20 requests x ~16 KiB = 5 MiB, 80 times the bound.
         answered = await asyncio.gather(*(pipelined_api_versions(c, 20) for c in clients))
         for client in clients:
