@@ -209,9 +209,21 @@ class RequestQuota(Protocol):
         ...
 
     def finish(
-        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+        self,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+        decoded_bytes: int | None = None,
     ) -> int:
-        """Record the request (its time so far, its bytes): the throttle its response carries."""
+        """Record the request (its time so far, its bytes): the throttle its response carries.
+
+        ``decoded_bytes``: the payload's size decompressed (``push_decoded_byte_rate``).
+        """
+        ...
+
+    def charge_decoded(self, now_ms: int, decoded_bytes: int) -> int:
+        """Record a payload's decoded size learnt after :meth:`finish`; a throttle in ms."""
         ...
 
 
@@ -316,11 +328,14 @@ class Ingress:
             now_ms=now_ms,
             inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
-        quota_ms = quota.finish(now_ms, push_bytes=push_bytes)
+        # The decoded size, known here for a payload checked inline; a deferred
+        # one is charged once its thread has decompressed it (_decompress).
+        decoded = outcome.data_size if isinstance(outcome, AcceptedPush) else None
+        quota_ms = quota.finish(now_ms, push_bytes=push_bytes, decoded_bytes=decoded)
         if isinstance(outcome, AcceptedPush):
             return self.append(outcome), quota_ms
         if isinstance(outcome, DeferredPush):
-            return self._decompress(outcome), quota_ms
+            return self._decompress(outcome, quota), quota_ms
         return outcome, quota_ms
 
     def push(
@@ -365,8 +380,14 @@ class Ingress:
             return complete_failed_append(manager, accepted, error)
         return Appended(manager, accepted, durable)
 
-    def _decompress(self, deferred: DeferredPush) -> asyncio.Future[PushTelemetryResponse]:
-        """Decompress in a thread, then log; the manager hears the outcome exactly once."""
+    def _decompress(
+        self, deferred: DeferredPush, quota: RequestQuota
+    ) -> asyncio.Future[PushTelemetryResponse]:
+        """Decompress in a thread, then log; the manager hears the outcome exactly once.
+
+        The decoded size is charged to ``push_decoded_byte_rate`` once known,
+        and its throttle goes out with the answer (which is sent only then).
+        """
         loop = asyncio.get_running_loop()
         decompressed = loop.run_in_executor(self.decompressor, deferred.outcome)
         answer: asyncio.Future[PushTelemetryResponse] = loop.create_future()
@@ -376,11 +397,14 @@ class Ingress:
             if not isinstance(result, AcceptedPush):
                 _settle(answer, result)
                 return
+            decoded_ms = quota.charge_decoded(wall_clock_ms(), result.data_size)
             appended = self.append(result)
             if isinstance(appended, Appended):
-                appended.durable.add_done_callback(lambda _: _settle(answer, appended.outcome()))
+                appended.durable.add_done_callback(
+                    lambda _: _settle(answer, _throttled(appended.outcome(), decoded_ms))
+                )
             else:
-                _settle(answer, appended)
+                _settle(answer, _throttled(appended, decoded_ms))
 
         decompressed.add_done_callback(done)
         return answer
@@ -416,6 +440,13 @@ class Appended:
         answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
         self.durable.add_done_callback(lambda _: _settle(answer, self.outcome()))
         return answer
+
+
+def _throttled(outcome: PushTelemetryResponse, throttle_ms: int) -> PushTelemetryResponse:
+    """``outcome`` carrying at least ``throttle_ms``."""
+    if throttle_ms <= outcome.throttle_time_ms:
+        return outcome
+    return PushTelemetryResponse(throttle_time_ms=throttle_ms, error_code=outcome.error_code)
 
 
 def _settle(answer: asyncio.Future[PushTelemetryResponse], outcome: PushTelemetryResponse) -> None:

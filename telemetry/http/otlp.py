@@ -411,6 +411,7 @@ class OtlpMetricsHandler:
                 loop_ns // len(entities),
                 now_ms,
                 push_bytes=body_bytes * size // payload_bytes,
+                decoded_bytes=size,
             )
 
     async def _append(

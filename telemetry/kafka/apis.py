@@ -411,7 +411,12 @@ class _Quota:
         return self._apis.enforcement.clients.admit_instance_creation(self._state.entity, now_ms)
 
     def finish(
-        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+        self,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+        decoded_bytes: int | None = None,
     ) -> int:
         # KafkaApis._finish_request, inlined: every push comes here.
         state = self._state
@@ -424,6 +429,16 @@ class _Quota:
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
             sensors=sensors,
+            decoded_bytes=decoded_bytes,
+        ).time_ms
+        if throttle_ms > 0:
+            self._apis.mute(state.entity, throttle_ms)
+        return throttle_ms
+
+    def charge_decoded(self, now_ms: int, decoded_bytes: int) -> int:
+        state = self._state
+        throttle_ms = self._apis.enforcement.clients.finish_request(
+            state.entity, 0, now_ms, decoded_bytes=decoded_bytes
         ).time_ms
         if throttle_ms > 0:
             self._apis.mute(state.entity, throttle_ms)
