@@ -37,8 +37,9 @@ Memory (design invariant 9): the body, then each payload decoded from it,
 draw from the shared ``queued_max_request_bytes`` pool as the other HTTP
 routes' bodies do (:mod:`telemetry.http.memory`); a request that cannot get
 its share in ``[http] memory_wait_ms`` is answered 503 with ``Retry-After``
-and nothing of it is logged. What it holds is given back when it is
-answered, cancelled or failed.
+and nothing of it is logged. A payload's decoded copy holds its share only
+while it is decoded and checked (the payload is logged as sent); the body's
+is given back when the request is answered, cancelled or failed.
 """
 
 from __future__ import annotations
