@@ -54,6 +54,7 @@ __all__ = [
     "PushFields",
     "PushLog",
     "PushOrigin",
+    "RefusalCounter",
     "RequestQuota",
     "complete_failed_append",
     "decompression_outcome",
@@ -107,15 +108,26 @@ def lower_thread_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DECOMPRESSION_NICENESS)
 
 
-def refused_append(error: BaseException) -> tuple[ErrorCode, int]:
+class RefusalCounter(Protocol):
+    """Where a door counts the pushes a bound refused (``Enforcement.refusals``)."""
+
+    def count(self, door: str, reason: str, requests: int = 1) -> None: ...
+
+
+def refused_append(
+    error: BaseException, refusals: RefusalCounter | None = None, door: str = ""
+) -> tuple[ErrorCode, int]:
     """The error code and throttle time for a push the log refused or failed.
 
-    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time; a
-    record over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89
-    with 1 s, retryable for every client (87 would switch their telemetry off).
+    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time (and
+    counted in ``refusals`` for ``door``, under the budget's key); a record
+    over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89 with
+    1 s, retryable for every client (87 would switch their telemetry off).
     """
     if isinstance(error, LogFullError):
         _log.warning("refusing a push: %s", error.reason)
+        if refusals is not None:
+            refusals.count(door, error.bound)
         return ErrorCode.THROTTLING_QUOTA_EXCEEDED, error.throttle_time_ms
     if isinstance(error, RecordTooLargeError):
         return ErrorCode.TELEMETRY_TOO_LARGE, 0
@@ -124,10 +136,14 @@ def refused_append(error: BaseException) -> tuple[ErrorCode, int]:
 
 
 def complete_failed_append(
-    manager: TelemetryManager, accepted: AcceptedPush, error: BaseException
+    manager: TelemetryManager,
+    accepted: AcceptedPush,
+    error: BaseException,
+    refusals: RefusalCounter | None = None,
+    door: str = "",
 ) -> PushTelemetryResponse:
     """Complete a push the log refused or failed; the error code tells the client when to retry."""
-    code, throttle_time_ms = refused_append(error)
+    code, throttle_time_ms = refused_append(error, refusals, door)
     return manager.complete_push(accepted, code, throttle_time_ms=throttle_time_ms)
 
 
@@ -255,7 +271,7 @@ PushOutcome = PushTelemetryResponse | asyncio.Future[PushTelemetryResponse]
 class Ingress:
     """The flow of GetTelemetrySubscriptions and PushTelemetry, shared by every door."""
 
-    __slots__ = ("_inherit", "decompressor", "log", "manager")
+    __slots__ = ("_door", "_inherit", "_refusals", "decompressor", "log", "manager")
 
     def __init__(
         self,
@@ -264,12 +280,17 @@ class Ingress:
         decompressor: Executor | None,
         *,
         inherit: bool = False,
+        refusals: RefusalCounter | None = None,
+        door: str = "",
     ) -> None:
         self.manager = manager
         self.log = log
         #: Threads for payloads expanding past the inline limit; None: the loop's default.
         self.decompressor = decompressor
         self._inherit = inherit
+        #: Where pushes the log's budgets refuse are counted, for ``door``.
+        self._refusals = refusals
+        self._door = door
 
     def get_subscriptions(
         self,
@@ -377,7 +398,7 @@ class Ingress:
                 context, accepted.data, accepted.compression_type, accepted.data_size
             )
         except Exception as error:
-            return complete_failed_append(manager, accepted, error)
+            return complete_failed_append(manager, accepted, error, self._refusals, self._door)
         return Appended(manager, accepted, durable)
 
     def _decompress(

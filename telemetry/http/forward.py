@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from telemetry.http.memory import HeldMemory, HttpRequestMemory
     from telemetry.http.settings import ForwardSettings
     from telemetry.http.throttle import HttpQuotas
-    from telemetry.ingress import PushLog
+    from telemetry.ingress import PushLog, RefusalCounter
 
 __all__ = ["FORWARD_PATH", "ForwardHandler"]
 
@@ -108,6 +108,7 @@ class ForwardHandler:
         decompressor: Executor | None = None,
         stats: ForwardStats | None = None,
         memory: HttpRequestMemory | None = None,
+        refusals: RefusalCounter | None = None,
     ) -> None:
         self._log = log
         self._settings = settings
@@ -120,6 +121,8 @@ class ForwardHandler:
         self.stats = stats if stats is not None else ForwardStats()
         #: The shared request-memory pool (design invariant 9); ``None``: unbounded.
         self._memory = memory
+        #: Where pushes the log's budgets refuse are counted (``Enforcement.refusals``).
+        self._refusals = refusals
 
     async def handle(self, request: web.Request) -> web.Response:
         refusal = self._authenticate(request)
@@ -234,7 +237,7 @@ class ForwardHandler:
                     payload.decoded_size,
                 )
             except Exception as error:
-                code, wait_ms = _refused(error)
+                code, wait_ms = _refused(error, self._refusals)
                 codes.append(code)
                 throttle_ms = max(throttle_ms, wait_ms)
                 continue
@@ -349,9 +352,9 @@ def _broker_entity(broker_id: int | None) -> ClientEntity:
     return ClientEntity(FORWARD_USER, "broker" if broker_id is None else f"broker-{broker_id}")
 
 
-def _refused(error: BaseException) -> tuple[int, int]:
+def _refused(error: BaseException, refusals: RefusalCounter | None = None) -> tuple[int, int]:
     """A Kafka error code and throttle time for a push the log did not take."""
-    code, throttle_time_ms = refused_append(error)
+    code, throttle_time_ms = refused_append(error, refusals, "forward")
     return int(code), throttle_time_ms
 
 

@@ -311,7 +311,14 @@ class PushHandler:
 
 def _ingress(ingest: HttpIngest) -> Ingress:
     """The flow, over the routes' parts; an HTTP push inherits its instance's identity."""
-    return Ingress(ingest.manager, ingest.log, ingest.decompressor, inherit=True)
+    return Ingress(
+        ingest.manager,
+        ingest.log,
+        ingest.decompressor,
+        inherit=True,
+        refusals=ingest.refusals,
+        door="http",
+    )
 
 
 class _Quota:

@@ -261,7 +261,7 @@ class IngestLog:
         if not self.stats.full:
             self.stats.full = True
             logger.warning("%s; refusing pushes with THROTTLING_QUOTA_EXCEEDED", reason)
-        return LogFullError(self._config.full_throttle_ms, reason)
+        return LogFullError(self._config.full_throttle_ms, reason, "max_pending_decoded_bytes")
 
     def _pass_decoded(self) -> None:
         """Drop the decoded sizes of records every consumer has passed from the pending budget."""

@@ -102,7 +102,9 @@ class KafkaApis:
         self.requests = requests
         self.advertised_address = advertised_address
         #: The KIP-714 flow the telemetry APIs hand their requests to.
-        self.ingress = Ingress(manager, log, decompressor)
+        self.ingress = Ingress(
+            manager, log, decompressor, refusals=enforcement.refusals, door="kafka"
+        )
         self.security = security
         #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
         self._producer_ids = itertools.count(0)

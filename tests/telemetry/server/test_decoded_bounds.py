@@ -318,6 +318,10 @@ async def test_max_pending_decoded_bytes_throttles_pushes_as_a_full_log_does(
     assert pending <= 1_500_000
     assert versions.error_code == ErrorCode.NONE
     assert "kip714_log_refused_pending_decoded_total 1.0" in metrics
+    assert (
+        'kip714_requests_refused_total{door="forward",reason="max_pending_decoded_bytes"} 1.0'
+        in metrics
+    )
 
 
 LANDING_CONFIG = (
