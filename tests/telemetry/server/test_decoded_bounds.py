@@ -354,6 +354,11 @@ async def test_the_landing_skips_a_push_over_max_data_points_per_push_and_counts
                 )
                 codes.append(answer.error_code)
                 await asyncio.sleep(0.15)
+            bystander = await WireClient.connect(*kafka_address(server), "bystander")
+            try:
+                versions = await asyncio.wait_for(bystander.api_versions(), WAIT_S)
+            finally:
+                await bystander.close()
         finally:
             await client.close()
         deadline = asyncio.get_running_loop().time() + WAIT_S
@@ -367,6 +372,7 @@ async def test_the_landing_skips_a_push_over_max_data_points_per_push_and_counts
     rows = landed_rows(tmp_path / "data")
 
     assert codes == [ErrorCode.NONE] * 3  # acknowledged: the door does not count points
+    assert versions.error_code == ErrorCode.NONE
     assert counted == 1.0
     names = [r["metric_name"] for r in rows]
     assert names == ["org.apache.kafka.small"] * 3 + ["org.apache.kafka.after"] * 2
