@@ -356,7 +356,7 @@ class Ingress:
         if isinstance(outcome, AcceptedPush):
             return self.append(outcome), quota_ms
         if isinstance(outcome, DeferredPush):
-            return self._decompress(outcome, quota), quota_ms
+            return self._decompress(outcome, quota, now_ms), quota_ms
         return outcome, quota_ms
 
     def push(
@@ -402,12 +402,13 @@ class Ingress:
         return Appended(manager, accepted, durable)
 
     def _decompress(
-        self, deferred: DeferredPush, quota: RequestQuota
+        self, deferred: DeferredPush, quota: RequestQuota, now_ms: int
     ) -> asyncio.Future[PushTelemetryResponse]:
         """Decompress in a thread, then log; the manager hears the outcome exactly once.
 
-        The decoded size is charged to ``push_decoded_byte_rate`` once known,
-        and its throttle goes out with the answer (which is sent only then).
+        The decoded size is charged to ``push_decoded_byte_rate`` once known
+        (at the request's time, the door's clock), and its throttle goes out
+        with the answer (which is sent only then).
         """
         loop = asyncio.get_running_loop()
         decompressed = loop.run_in_executor(self.decompressor, deferred.outcome)
@@ -418,7 +419,7 @@ class Ingress:
             if not isinstance(result, AcceptedPush):
                 _settle(answer, result)
                 return
-            decoded_ms = quota.charge_decoded(wall_clock_ms(), result.data_size)
+            decoded_ms = quota.charge_decoded(now_ms, result.data_size)
             appended = self.append(result)
             if isinstance(appended, Appended):
                 appended.durable.add_done_callback(
