@@ -1,7 +1,7 @@
 """What hostile traffic costs other clients of ``kip714 serve``, each beside an idle baseline.
 
 One run, one ``kip714 serve`` subprocess (``[security]`` with PLAIN users,
-an admin token), three measurements, each first idle then under attack:
+an admin token), measurements each first idle then under attack:
 
 1. **admin change during a PLAIN flood**: the time of an HTTP admin change
    (``POST /admin/subscriptions/...``, fsynced) while 250 connections send
@@ -16,6 +16,13 @@ an admin token), three measurements, each first idle then under attack:
    item 3): connections from one address send the size prefix of an 8 MiB
    frame and 1 MiB of it, then stall; ApiVersions round trips from another
    address (goal: p99 < 100 ms) and the server's RSS growth (goal < 64 MiB).
+5. **zstd pushes of 7 million empty points** (issue 35 item 4): Kafka
+   ApiVersions RTT p99, idle and while bombers under a 10 KB/s quota
+   (``push_byte_rate`` and ``push_decoded_byte_rate``) each send a ~1.2 KB
+   push that decodes to 14 MB; then how many were accepted, throttled or
+   held (muted), the decoded bytes logged, and the pushes the landing skipped
+   whole for ``max_data_points_per_push`` (goal: RTT p99 < 100 ms, no row of
+   a bomb landed).
 
     python3 benchmarks/hostile_bench.py          # about a minute
     python3 benchmarks/hostile_bench.py --quick  # fewer attackers and bombs
@@ -50,6 +57,8 @@ from telemetry.wire.config_messages import DescribeConfigsRequest, DescribeConfi
 from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.telemetry.http.test_http_memory import json_bomb
+from tests.telemetry.kafka_wire_client import WireClient, zstd_stream
+from tests.telemetry.server.test_decoded_bounds import empty_gauge_points
 
 HOST: Final = "127.0.0.1"
 TOKEN: Final = "bench-token"
@@ -64,6 +73,9 @@ def _config() -> str:
         f'[admin]\ntoken = "{TOKEN}"\n'
         "[security]\nallow_anonymous = true\n"
         f'[security.plain_users]\nbench = "{secret}"\n'
+        # Row 4's sender: 10 KB/s as sent and decoded.
+        '[[quotas.clients]]\nclient_id = "bomber"\n'
+        "push_byte_rate = 10000\npush_decoded_byte_rate = 10000\n"
     )
 
 
@@ -281,6 +293,72 @@ async def partial_frames(server: Server, attackers: int) -> tuple[float, float, 
     return idle, attacked, growth
 
 
+async def _scrape(server: Server) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{HOST}:{server.http}/metrics") as response,
+    ):
+        return await response.text()
+
+
+def _metric(text: str, pattern: str) -> float:
+    match = re.search(rf"^{pattern} (\S+)$", text, re.M)
+    return float(match[1]) if match else 0.0
+
+
+_ZSTD: Final = 4
+
+
+async def _bomber(server: Server, bomb: bytes) -> str:
+    """One bomber connection: its push accepted, throttled, or held (not answered in 10 s)."""
+    client = await WireClient.connect(HOST, server.kafka, "bomber")
+    try:
+        subscription = await asyncio.wait_for(client.subscribe(), 10)
+        answer = await asyncio.wait_for(
+            client.push(subscription.client_instance_id, subscription.subscription_id, bomb, _ZSTD),
+            10,
+        )
+    except (TimeoutError, AssertionError):
+        return "held"
+    finally:
+        await client.close()
+    if answer.error_code != 0:
+        return "refused"
+    return "throttled" if answer.throttle_time_ms > 0 else "accepted"
+
+
+async def decoded_bombs(server: Server, bombers: int) -> tuple[float, float, dict[str, float]]:
+    """Kafka RTT p99 idle and under bombs; what became of the bombs."""
+    stop = asyncio.Event()
+    idle = sorted(await _rtts(server, stop, 200))
+    bomb = zstd_stream(empty_gauge_points(7_000_000))
+    before = await _scrape(server)
+    measuring = asyncio.ensure_future(_rtts(server, stop, 100_000))
+    outcomes = await asyncio.gather(*(_bomber(server, bomb) for _ in range(bombers)))
+    stop.set()
+    attacked = sorted(await measuring)
+    accepted = outcomes.count("accepted") + outcomes.count("throttled")
+    skipped = (
+        'kip714_landing_skipped_pushes_total{exporter="landing",reason="max_data_points_per_push"}'
+    )
+    deadline = time.monotonic() + 120
+    after = await _scrape(server)
+    while _metric(after, skipped) < accepted and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        after = await _scrape(server)
+    figures = {
+        "bomb_bytes": float(len(bomb)),
+        "accepted": float(outcomes.count("accepted")),
+        "throttled": float(outcomes.count("throttled")),
+        "held": float(outcomes.count("held")),
+        "refused": float(outcomes.count("refused")),
+        "skipped": _metric(after, skipped) - _metric(before, skipped),
+        "rows": _metric(after, r'kip714_exporter_stat\{exporter="landing",stat="rows_landed"\}')
+        - _metric(before, r'kip714_exporter_stat\{exporter="landing",stat="rows_landed"\}'),
+    }
+    return idle[int(len(idle) * 0.99)], attacked[int(len(attacked) * 0.99)], figures
+
+
 async def run(quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="kip714-hostile-") as workdir:
         server = Server(Path(workdir))
@@ -307,6 +385,16 @@ async def run(quick: bool) -> None:
                 f"Kafka RTT p99:     idle {idle:8.2f} ms   while {attackers} connections hold "
                 f"partial 8 MiB frames {attacked:8.2f} ms   (goal < 100); "
                 f"RSS +{growth:.1f} MiB (goal < 64)"
+            )
+            idle, attacked, bombs = await decoded_bombs(server, 4 if quick else 10)
+            print(
+                f"Kafka RTT p99:     idle {idle:8.2f} ms   while {4 if quick else 10} "
+                f"{bombs['bomb_bytes']:.0f}-byte zstd pushes of 7 M points arrive "
+                f"{attacked:8.2f} ms   (goal < 100)\n"
+                f"                   bombs accepted {bombs['accepted']:.0f}, throttled "
+                f"{bombs['throttled']:.0f}, held (muted) {bombs['held']:.0f}, refused "
+                f"{bombs['refused']:.0f}; skipped whole by the landing {bombs['skipped']:.0f}, "
+                f"rows landed {bombs['rows']:.0f}   (goal: 0 rows)"
             )
         finally:
             server.stop()

@@ -90,7 +90,12 @@ class LoggedPush:
         push_interval_ms: The push interval the client was told to use.
         terminating: ``True`` for the client's final push before it closes.
         content_type: The payload format; ``"OTLP"`` for KIP-714 pushes.
-        payload: The decompressed OTLP ``MetricsData`` bytes.
+        payload: The decompressed OTLP ``MetricsData`` bytes. A forwarded
+            push's resources carry ``kafka.broker.id`` and
+            ``kafka.broker.listener`` (added when the log is read).
+        broker_id: The Kafka broker a push was forwarded through (the
+            forward route), ``None`` for a push kip714 took itself.
+        broker_listener: That broker's listener name, ``None`` if unknown.
     """
 
     offset: int
@@ -107,6 +112,8 @@ class LoggedPush:
     terminating: bool
     content_type: str
     payload: bytes
+    broker_id: int | None = None
+    broker_listener: str | None = None
 
 
 @runtime_checkable

@@ -61,7 +61,7 @@ import gc
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, MetricsData, NumberDataPoint
@@ -83,6 +83,7 @@ __all__ = [
     "Columns",
     "FlattenStats",
     "arrow_schema",
+    "count_data_points",
     "flatten",
     "flatten_batch",
     "iter_rows",
@@ -179,6 +180,8 @@ class FlattenStats:
     undecodable_payloads: int = 0
     undecodable_offsets: list[int] = field(default_factory=list)
     """Offsets of undecodable pushes, the first 1000 only, for the log line."""
+    oversized_pushes: int = 0
+    """Pushes skipped whole for holding more than ``max_data_points_per_push`` data points."""
 
     def merge(self, other: FlattenStats) -> None:
         """Add ``other``'s counters to this one (running totals in an exporter)."""
@@ -191,9 +194,83 @@ class FlattenStats:
         self.empty_metrics += other.empty_metrics
         self.unknown_metric_types += other.unknown_metric_types
         self.undecodable_payloads += other.undecodable_payloads
+        self.oversized_pushes += other.oversized_pushes
         room = _MAX_REPORTED_OFFSETS - len(self.undecodable_offsets)
         if room > 0:
             self.undecodable_offsets.extend(other.undecodable_offsets[:room])
+
+
+#: ``Metric``'s data fields (gauge, sum, histogram, exponential_histogram, summary).
+_DATA_FIELDS: Final = frozenset({5, 7, 9, 10, 11})
+
+
+def count_data_points(payload: bytes, limit: int) -> int:
+    """An OTLP ``MetricsData`` payload's data points, counted at the wire level up to ``limit + 1``.
+
+    For a landing's per-push bound, before anything is decoded: an empty
+    data point is 2 bytes, so a 14 MiB payload can hold 7 million of them.
+    A payload shorter than ``2 * (limit + 1)`` bytes cannot exceed ``limit``
+    and is not walked at all (returns 0); otherwise the walk reads tags and
+    lengths only, and stops once it has counted past ``limit``. Malformed
+    wire data ends the count where it is (flattening then judges the push).
+    """
+    if len(payload) < 2 * (limit + 1):
+        return 0
+    view = memoryview(payload)
+    count = 0
+    for rm_start, rm_end in _len_fields(view, 0, len(view), 1):
+        for sm_start, sm_end in _len_fields(view, rm_start, rm_end, 2):
+            for m_start, m_end in _len_fields(view, sm_start, sm_end, 2):
+                for d_start, d_end in _len_fields(view, m_start, m_end, _DATA_FIELDS):
+                    for _ in _len_fields(view, d_start, d_end, 1):
+                        count += 1
+                        if count > limit:
+                            return count
+    return count
+
+
+def _len_fields(
+    view: memoryview, pos: int, end: int, wanted: int | frozenset[int]
+) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each length-delimited field numbered ``wanted`` in ``view[pos:end]``."""
+    single = isinstance(wanted, int)
+    while pos < end:
+        tag = view[pos]
+        pos += 1
+        if tag & 0x80:
+            tag, pos = _uvarint(view, pos, end, tag & 0x7F, 7)
+        wire = tag & 7
+        if wire == 2:
+            length = view[pos] if pos < end else 0x80
+            pos += 1
+            if length & 0x80:
+                length, pos = _uvarint(view, pos, end, length & 0x7F, 7)
+            if pos < 0 or pos + length > end:
+                return
+            number = tag >> 3
+            if number == wanted if single else number in wanted:  # type: ignore[operator]
+                yield pos, pos + length
+            pos += length
+        elif wire == 0:
+            _, pos = _uvarint(view, pos, end, 0, 0)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            return
+        if pos < 0:
+            return
+
+
+def _uvarint(view: memoryview, pos: int, end: int, value: int, shift: int) -> tuple[int, int]:
+    """A varint read on from ``pos``, ``shift`` bits of it so far in ``value``; -1 if malformed."""
+    while pos < end and shift < 64:
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    return 0, -1
 
 
 def new_columns() -> Columns:

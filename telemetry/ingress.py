@@ -54,6 +54,7 @@ __all__ = [
     "PushFields",
     "PushLog",
     "PushOrigin",
+    "RefusalCounter",
     "RequestQuota",
     "complete_failed_append",
     "decompression_outcome",
@@ -107,15 +108,26 @@ def lower_thread_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DECOMPRESSION_NICENESS)
 
 
-def refused_append(error: BaseException) -> tuple[ErrorCode, int]:
+class RefusalCounter(Protocol):
+    """Where a door counts the pushes a bound refused (``Enforcement.refusals``)."""
+
+    def count(self, door: str, reason: str, requests: int = 1) -> None: ...
+
+
+def refused_append(
+    error: BaseException, refusals: RefusalCounter | None = None, door: str = ""
+) -> tuple[ErrorCode, int]:
     """The error code and throttle time for a push the log refused or failed.
 
-    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time; a
-    record over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89
-    with 1 s, retryable for every client (87 would switch their telemetry off).
+    A full log is THROTTLING_QUOTA_EXCEEDED with the log's throttle time (and
+    counted in ``refusals`` for ``door``, under the budget's key); a record
+    over the log's limit is TELEMETRY_TOO_LARGE; anything else is 89 with
+    1 s, retryable for every client (87 would switch their telemetry off).
     """
     if isinstance(error, LogFullError):
         _log.warning("refusing a push: %s", error.reason)
+        if refusals is not None:
+            refusals.count(door, error.bound)
         return ErrorCode.THROTTLING_QUOTA_EXCEEDED, error.throttle_time_ms
     if isinstance(error, RecordTooLargeError):
         return ErrorCode.TELEMETRY_TOO_LARGE, 0
@@ -124,10 +136,14 @@ def refused_append(error: BaseException) -> tuple[ErrorCode, int]:
 
 
 def complete_failed_append(
-    manager: TelemetryManager, accepted: AcceptedPush, error: BaseException
+    manager: TelemetryManager,
+    accepted: AcceptedPush,
+    error: BaseException,
+    refusals: RefusalCounter | None = None,
+    door: str = "",
 ) -> PushTelemetryResponse:
     """Complete a push the log refused or failed; the error code tells the client when to retry."""
-    code, throttle_time_ms = refused_append(error)
+    code, throttle_time_ms = refused_append(error, refusals, door)
     return manager.complete_push(accepted, code, throttle_time_ms=throttle_time_ms)
 
 
@@ -209,9 +225,21 @@ class RequestQuota(Protocol):
         ...
 
     def finish(
-        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+        self,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+        decoded_bytes: int | None = None,
     ) -> int:
-        """Record the request (its time so far, its bytes): the throttle its response carries."""
+        """Record the request (its time so far, its bytes): the throttle its response carries.
+
+        ``decoded_bytes``: the payload's size decompressed (``push_decoded_byte_rate``).
+        """
+        ...
+
+    def charge_decoded(self, now_ms: int, decoded_bytes: int) -> int:
+        """Record a payload's decoded size learnt after :meth:`finish`; a throttle in ms."""
         ...
 
 
@@ -243,7 +271,7 @@ PushOutcome = PushTelemetryResponse | asyncio.Future[PushTelemetryResponse]
 class Ingress:
     """The flow of GetTelemetrySubscriptions and PushTelemetry, shared by every door."""
 
-    __slots__ = ("_inherit", "decompressor", "log", "manager")
+    __slots__ = ("_door", "_inherit", "_refusals", "decompressor", "log", "manager")
 
     def __init__(
         self,
@@ -252,12 +280,17 @@ class Ingress:
         decompressor: Executor | None,
         *,
         inherit: bool = False,
+        refusals: RefusalCounter | None = None,
+        door: str = "",
     ) -> None:
         self.manager = manager
         self.log = log
         #: Threads for payloads expanding past the inline limit; None: the loop's default.
         self.decompressor = decompressor
         self._inherit = inherit
+        #: Where pushes the log's budgets refuse are counted, for ``door``.
+        self._refusals = refusals
+        self._door = door
 
     def get_subscriptions(
         self,
@@ -316,11 +349,14 @@ class Ingress:
             now_ms=now_ms,
             inline_max_bytes=INLINE_DECOMPRESSED_BYTES,
         )
-        quota_ms = quota.finish(now_ms, push_bytes=push_bytes)
+        # The decoded size, known here for a payload checked inline; a deferred
+        # one is charged once its thread has decompressed it (_decompress).
+        decoded = outcome.data_size if isinstance(outcome, AcceptedPush) else None
+        quota_ms = quota.finish(now_ms, push_bytes=push_bytes, decoded_bytes=decoded)
         if isinstance(outcome, AcceptedPush):
             return self.append(outcome), quota_ms
         if isinstance(outcome, DeferredPush):
-            return self._decompress(outcome), quota_ms
+            return self._decompress(outcome, quota, now_ms), quota_ms
         return outcome, quota_ms
 
     def push(
@@ -362,11 +398,18 @@ class Ingress:
                 context, accepted.data, accepted.compression_type, accepted.data_size
             )
         except Exception as error:
-            return complete_failed_append(manager, accepted, error)
+            return complete_failed_append(manager, accepted, error, self._refusals, self._door)
         return Appended(manager, accepted, durable)
 
-    def _decompress(self, deferred: DeferredPush) -> asyncio.Future[PushTelemetryResponse]:
-        """Decompress in a thread, then log; the manager hears the outcome exactly once."""
+    def _decompress(
+        self, deferred: DeferredPush, quota: RequestQuota, now_ms: int
+    ) -> asyncio.Future[PushTelemetryResponse]:
+        """Decompress in a thread, then log; the manager hears the outcome exactly once.
+
+        The decoded size is charged to ``push_decoded_byte_rate`` once known
+        (at the request's time, the door's clock), and its throttle goes out
+        with the answer (which is sent only then).
+        """
         loop = asyncio.get_running_loop()
         decompressed = loop.run_in_executor(self.decompressor, deferred.outcome)
         answer: asyncio.Future[PushTelemetryResponse] = loop.create_future()
@@ -376,11 +419,14 @@ class Ingress:
             if not isinstance(result, AcceptedPush):
                 _settle(answer, result)
                 return
+            decoded_ms = quota.charge_decoded(now_ms, result.data_size)
             appended = self.append(result)
             if isinstance(appended, Appended):
-                appended.durable.add_done_callback(lambda _: _settle(answer, appended.outcome()))
+                appended.durable.add_done_callback(
+                    lambda _: _settle(answer, _throttled(appended.outcome(), decoded_ms))
+                )
             else:
-                _settle(answer, appended)
+                _settle(answer, _throttled(appended, decoded_ms))
 
         decompressed.add_done_callback(done)
         return answer
@@ -416,6 +462,13 @@ class Appended:
         answer: asyncio.Future[PushTelemetryResponse] = asyncio.get_running_loop().create_future()
         self.durable.add_done_callback(lambda _: _settle(answer, self.outcome()))
         return answer
+
+
+def _throttled(outcome: PushTelemetryResponse, throttle_ms: int) -> PushTelemetryResponse:
+    """``outcome`` carrying at least ``throttle_ms``."""
+    if throttle_ms <= outcome.throttle_time_ms:
+        return outcome
+    return PushTelemetryResponse(throttle_time_ms=throttle_ms, error_code=outcome.error_code)
 
 
 def _settle(answer: asyncio.Future[PushTelemetryResponse], outcome: PushTelemetryResponse) -> None:

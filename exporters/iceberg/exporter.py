@@ -75,6 +75,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "orphan_files_after_hours": None,
     "maintenance_interval_s": 600.0,
     "workers": max(1, (os.cpu_count() or 2) - 1),
+    "max_data_points_per_push": 1_000_000,
 }
 _LAKE_KEYS: Final = frozenset(
     {
@@ -167,6 +168,7 @@ class IcebergExporter(GenerationLanding):
         self.max_file_age_s = number_option(options, "max_file_age_s", 0.01)
         self.max_pending_rows = int_option(options, "max_pending_rows", 1)
         self.workers = int_option(options, "workers", 0, 64)
+        self.max_data_points_per_push = int_option(options, "max_data_points_per_push", 1)
         self.raw = bool_option(options, "raw")
         node_id = options["node_id"]
         if node_id is not None and (not isinstance(node_id, str) or not node_id.strip()):
@@ -219,7 +221,15 @@ class IcebergExporter(GenerationLanding):
             locations = {name: table.location() for name, table in self._tables.items()}
             by_kind = split_by_kind(self._tables[METRICS_TABLE])
             for index in range(max(1, self.workers)):
-                config = LaneConfig(index, self.node_id, locations, properties, token, by_kind)
+                config = LaneConfig(
+                    index,
+                    self.node_id,
+                    locations,
+                    properties,
+                    token,
+                    by_kind,
+                    self.max_data_points_per_push,
+                )
                 lane = ProcessLane(config) if self.workers else ThreadLane(config)
                 self._lanes.append(lane)
                 await lane.start()

@@ -27,7 +27,7 @@ from exporters.iceberg.schema import (
     to_lake_pushes,
     to_lake_rows,
 )
-from exporters.otlp_rows import FlattenStats
+from exporters.otlp_rows import FlattenStats, count_data_points
 from exporters.parquet.flatten import flatten_to_table
 from exporters.parquet.schema import hours_of, pushes_table, split_by_hour
 from exporters.parquet.worker import OpenFile, landing_writer, write_pending
@@ -62,6 +62,8 @@ class LaneConfig:
     io_properties: Mapping[str, str]
     token: str  # unique per exporter start, so data file names never collide
     by_kind: bool = False  # the metrics table's spec partitions by metric_type (lake.split_by_kind)
+    #: A push holding more data points is skipped whole (``skip_oversized``).
+    max_data_points_per_push: int = 1_000_000
 
 
 @dataclass(slots=True)
@@ -126,6 +128,22 @@ def pieces_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     return [(kind, rows.filter(pc.equal(kinds, kind))) for kind in present]
 
 
+def skip_oversized(
+    pushes: list[LoggedPush], max_points: int, stats: FlattenStats
+) -> list[LoggedPush]:
+    """``pushes`` without those holding more than ``max_points`` data points, counted in ``stats``.
+
+    Skipped whole, before anything of them is decoded, as an undecodable
+    payload is: a 1.2 KB compressed push can decode to 7 million data points,
+    minutes of landing work and as many rows. The count is at the wire level
+    and only for payloads large enough to exceed the bound
+    (``count_data_points``).
+    """
+    kept = [push for push in pushes if count_data_points(push.payload, max_points) <= max_points]
+    stats.oversized_pushes += len(pushes) - len(kept)
+    return kept
+
+
 @dataclass(slots=True)
 class LakeRows:
     """One lane's rows of the current generation, streamed into open data files.
@@ -181,6 +199,7 @@ class LakeRows:
         reply = BatchReply(stats, 0, 0, 0, 0, 0)
         fresh, self.pending, self.pending_bytes = self.pending, [], 0
         raw, self.pending_raw = self.pending_raw, []
+        fresh = skip_oversized(fresh, self.config.max_data_points_per_push, stats)
         if fresh:
             flat, flat_stats, unlandable = flatten_to_table(fresh)
             stats.merge(flat_stats)

@@ -67,7 +67,12 @@ if TYPE_CHECKING:
 __all__ = ["add_admin_routes"]
 
 ENTITY_TYPES: Final = ("user", "client-id", "ip")
-_STATIC_CLIENT_KEYS: Final = ("push_byte_rate", "request_percentage", "controller_mutation_rate")
+_STATIC_CLIENT_KEYS: Final = (
+    "push_byte_rate",
+    "push_decoded_byte_rate",
+    "request_percentage",
+    "controller_mutation_rate",
+)
 #: The most a request body may hold: a change is a few keys.
 MAX_BODY_BYTES: Final = 64 * 1024
 

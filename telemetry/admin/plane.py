@@ -65,7 +65,12 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-_CLIENT_KEYS: Final = ("push_byte_rate", "request_percentage", "controller_mutation_rate")
+_CLIENT_KEYS: Final = (
+    "push_byte_rate",
+    "push_decoded_byte_rate",
+    "request_percentage",
+    "controller_mutation_rate",
+)
 _IP_KEY: Final = "connection_creation_rate"
 STORE_FAILED_MESSAGE: Final = "The metadata store could not record the change: "
 

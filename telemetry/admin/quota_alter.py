@@ -52,6 +52,7 @@ class _Type(enum.Enum):
 
 _CLIENT_KEYS: Final = {
     PUSH_BYTE_RATE: _Type.LONG,
+    "push_decoded_byte_rate": _Type.LONG,
     "request_percentage": _Type.DOUBLE,
     "controller_mutation_rate": _Type.DOUBLE,
 }

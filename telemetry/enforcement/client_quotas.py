@@ -5,6 +5,12 @@ The three quota kinds of a Kafka broker, with Kafka's managers from ``quotas``:
 * ``push_byte_rate`` — :class:`quotas.ClientQuotaManager` of type Produce over
   the bytes of each PushTelemetry payload as received. Permissive, like a
   produce quota: the push is accepted and the client is throttled.
+* ``push_decoded_byte_rate`` — the same over each payload's decoded size
+  (decompressed), which every door knows before logging it: a small
+  compressed push that decodes huge costs the landing what it decodes to,
+  so it is charged that. Its sensors live in a registry of their own
+  (``decoded_metrics``): Kafka's sensor names are per quota type, and this is
+  a second Produce-style quota.
 * ``request_percentage`` — :class:`quotas.RequestQuotaManager` over the time
   spent handling the client's requests (KIP-124), throttle bounded to one
   window.
@@ -77,6 +83,7 @@ class EntitySensors:
     validity: int
     push: ClientSensors | None
     request: ClientSensors | None
+    decoded: ClientSensors | None = None
 
 
 class ClientQuotas:
@@ -94,6 +101,10 @@ class ClientQuotas:
         self.tracker = tracker if tracker is not None else ThrottleTracker()
         self.push_bytes = ClientQuotaManager(
             self.samples, self.window_size_s, QuotaType.PRODUCE, self.metrics
+        )
+        self.decoded_metrics = Metrics()
+        self.decoded_bytes = ClientQuotaManager(
+            self.samples, self.window_size_s, QuotaType.PRODUCE, self.decoded_metrics
         )
         self.request_time = RequestQuotaManager(self.samples, self.window_size_s, self.metrics)
         self.mutations = ControllerMutationQuotaManager(
@@ -122,6 +133,7 @@ class ClientQuotas:
             new = wanted.get(entity)
             for manager, name in (
                 (self.push_bytes, "push_byte_rate"),
+                (self.decoded_bytes, "push_decoded_byte_rate"),
                 (self.request_time, "request_percentage"),
                 (self.mutations, "controller_mutation_rate"),
             ):
@@ -166,8 +178,14 @@ class ClientQuotas:
         self, entity: ClientEntity, held: EntitySensors | None, now_ms: int
     ) -> EntitySensors:
         """``held`` while still valid for ``entity``, else the entity's sensors resolved anew."""
-        # The three counters only grow, so their sum changes whenever one does.
-        validity = self.metrics.removals + self.push_bytes.epoch + self.request_time.epoch
+        # The counters only grow, so their sum changes whenever one does.
+        validity = (
+            self.metrics.removals
+            + self.push_bytes.epoch
+            + self.request_time.epoch
+            + self.decoded_metrics.removals
+            + self.decoded_bytes.epoch
+        )
         if (
             held is not None
             and held.validity == validity
@@ -180,6 +198,7 @@ class ClientQuotas:
             validity,
             self.push_bytes.resolve(user, client_id, now_ms),
             self.request_time.resolve(user, client_id, now_ms),
+            self.decoded_bytes.resolve(user, client_id, now_ms),
         )
 
     def finish_request(
@@ -191,8 +210,12 @@ class ClientQuotas:
         push_bytes: int | None = None,
         mutation_throttle_ms: int = 0,
         sensors: EntitySensors | None = None,
+        decoded_bytes: int | None = None,
     ) -> Throttle:
         """Record a handled request's time (and a push's bytes); return its throttle.
+
+        ``push_bytes`` are the payload's bytes as sent (``push_byte_rate``),
+        ``decoded_bytes`` its size decoded (``push_decoded_byte_rate``).
 
         ``sensors`` (from :meth:`sensors`, for ``entity``) skips resolving the
         entity's sensors on every request.
@@ -202,7 +225,18 @@ class ClientQuotas:
         the three, and is recorded against its quota (Kafka's
         ``sendResponseMaybeThrottle``): the caller only applies it.
         """
-        byte_ms = request_ms = 0
+        byte_ms = request_ms = decoded_ms = 0
+        if decoded_bytes is not None:
+            decoded = (
+                sensors.decoded
+                if sensors is not None
+                else self.decoded_bytes.resolve(entity.user, entity.client_id, now_ms)
+            )
+            if decoded is not None:
+                try:
+                    decoded.quota_sensor.record(decoded_bytes, now_ms, True)
+                except QuotaViolationError as violation:
+                    decoded_ms = self.decoded_bytes.throttle_time_of(violation, now_ms)
         if sensors is not None:
             # The connection's resolved sensors (see sensors()): no lookups per
             # request, and record_on / record_nanos_on inlined (every request).
@@ -229,11 +263,12 @@ class ClientQuotas:
             request_ms = self.request_time.maybe_record_and_get_throttle_time_ms(
                 user, client_id, request_nanos, now_ms
             )
-        if byte_ms <= 0 and request_ms <= 0 and mutation_throttle_ms <= 0:
+        if byte_ms <= 0 and request_ms <= 0 and mutation_throttle_ms <= 0 and decoded_ms <= 0:
             return NO_THROTTLE
         throttle_ms, reason, manager = max(
             (mutation_throttle_ms, ThrottleReason.CONTROLLER_MUTATION_RATE, self.mutations),
             (byte_ms, ThrottleReason.PUSH_BYTE_RATE, self.push_bytes),
+            (decoded_ms, ThrottleReason.PUSH_DECODED_BYTE_RATE, self.decoded_bytes),
             (request_ms, ThrottleReason.REQUEST_PERCENTAGE, self.request_time),
             key=lambda candidate: candidate[0],
         )
@@ -248,3 +283,4 @@ class ClientQuotas:
         if now_ms >= self._next_sensor_expiry_ms:
             self._next_sensor_expiry_ms = now_ms + SENSOR_EXPIRY_PERIOD_MS
             self.metrics.expire_sensors(now_ms)
+            self.decoded_metrics.expire_sensors(now_ms)

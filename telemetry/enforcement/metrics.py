@@ -4,7 +4,9 @@ Every sensor of the enforcement registry is measured at scrape time (the
 quotas library measures against ``now_ms``), so the figures are the very
 numbers the throttles are computed from:
 
-* Produce ``byte-rate`` → ``kip714_quota_push_byte_rate{user,client_id}``
+* Produce ``byte-rate`` → ``kip714_quota_push_byte_rate{user,client_id}``, and in
+  the decoded-bytes registry → ``kip714_quota_push_decoded_byte_rate{user,client_id}``
+  (its ``throttle-time`` under ``quota_type="PushDecoded"``)
 * Request ``request-time`` → ``kip714_quota_request_time_percent{user,client_id}``,
   ``exempt-request-time`` → ``kip714_quota_exempt_request_time_percent``
 * ControllerMutation ``tokens``, ``mutation-rate`` →
@@ -112,9 +114,38 @@ def quota_families(enforcement: Enforcement, now_ms: int) -> Iterable[Metric]:
         elif metric_name.name.endswith("connection-accept-throttle-time"):
             kind = "ip" if metric_name.name.startswith("ip-") else "broker"
             accept_throttle.add_metric([kind, tags.get("listener", "")], value)
+    decoded = _decoded_bytes(enforcement, now_ms, throttle_time, queue_size)
     yield from by_client.values()
+    yield decoded
     yield from (throttle_time, queue_size, exempt, creation_rate, accept_throttle)
     yield from _connections_and_memory(enforcement)
+
+
+def _decoded_bytes(
+    enforcement: Enforcement,
+    now_ms: int,
+    throttle_time: GaugeMetricFamily,
+    queue_size: GaugeMetricFamily,
+) -> GaugeMetricFamily:
+    """``push_decoded_byte_rate``'s sensors (a registry of their own); throttles join the rest."""
+    decoded = GaugeMetricFamily(
+        "kip714_quota_push_decoded_byte_rate",
+        "Decoded (decompressed) push bytes/s of a quota entity (push_decoded_byte_rate).",
+        labels=_CLIENT,
+    )
+    for metric_name, metric in enforcement.clients.decoded_metrics.metrics.items():
+        value = metric.measurable_value(now_ms)
+        if math.isnan(value):
+            continue
+        tags = metric_name.tag_map
+        client = [tags.get("user", ""), tags.get("client-id", "")]
+        if metric_name.name == "byte-rate":
+            decoded.add_metric(client, value)
+        elif metric_name.name == "throttle-time":
+            throttle_time.add_metric(["PushDecoded", *client], value)
+        elif metric_name.name == "queue-size":
+            queue_size.add_metric(["PushDecoded"], value)
+    return decoded
 
 
 def _connections_and_memory(enforcement: Enforcement) -> Iterable[Metric]:

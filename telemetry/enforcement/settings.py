@@ -53,7 +53,12 @@ DEFAULT_CONNECTIONS_MAX_IDLE_MS: Final = 600_000
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 104_857_600
 DEFAULT_PARTIAL_FRAME_TIMEOUT_MS: Final = 10_000
 _INT32_MAX: Final = 2**31 - 1
-_CLIENT_QUOTA_KEYS: Final = ("push_byte_rate", "request_percentage", "controller_mutation_rate")
+_CLIENT_QUOTA_KEYS: Final = (
+    "push_byte_rate",
+    "push_decoded_byte_rate",
+    "request_percentage",
+    "controller_mutation_rate",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +68,7 @@ class ClientQuotaSettings:
     user: str | None = None
     client_id: str | None = None
     push_byte_rate: float | None = None
+    push_decoded_byte_rate: float | None = None
     request_percentage: float | None = None
     controller_mutation_rate: float | None = None
 

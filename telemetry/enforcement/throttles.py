@@ -32,6 +32,7 @@ class ThrottleReason(enum.StrEnum):
     """Why a request or connection was throttled, refused or closed: the configured key."""
 
     PUSH_BYTE_RATE = "push_byte_rate"
+    PUSH_DECODED_BYTE_RATE = "push_decoded_byte_rate"
     REQUEST_PERCENTAGE = "request_percentage"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
     CONNECTION_CREATION_RATE = "connection_creation_rate"

@@ -2,10 +2,11 @@
 
 A broker running ``broker-plugin/`` has already applied KIP-714's rules
 (subscriptions, push gating, ``telemetry.max.bytes``), so kip714 does not
-judge these pushes again: it authenticates the broker, makes each payload
-OTLP (``forward_payload``: a 3.7 broker forwards it still compressed; one
-that is not OTLP is refused with INVALID_RECORD), logs each push durably,
-then answers one Kafka error code per push.
+judge these pushes again: it authenticates the broker, checks each payload
+is OTLP (``forward_payload``: a 3.7 broker forwards it still compressed; one
+that is not OTLP is refused with INVALID_RECORD), logs each push durably as
+the broker sent it (compressed, with its codec and decoded size, when it came
+compressed), then answers one Kafka error code per push.
 
 The framing is :mod:`telemetry.http.forward_codec`'s (see ``docs/plugin.md``). The reply is JSON,
 ``{"error_codes": [0, 89, …], "throttle_time_ms": 0}``: 0 logged,
@@ -14,27 +15,31 @@ TELEMETRY_TOO_LARGE (118) never (bigger than
 ``telemetry.max_decompressed_bytes`` or the log's record limit),
 INVALID_RECORD (87) never (not OTLP, compressed or not).
 
-The broker's context lands as two resource attributes added to every
-resource of the payload, ``kafka.broker.id`` (int) and
-``kafka.broker.listener``, replacing any the client sent: a client must not
-be able to claim which broker it came through.
+The broker's context is logged with the push (``PushContext.broker_id``,
+``broker_listener``) and lands as two resource attributes added to every
+resource of the payload when the log is read, ``kafka.broker.id`` (int) and
+``kafka.broker.listener``, after any the client sent under those names (the
+last of repeated keys wins): a client must not be able to claim which broker
+it came through.
 
 Quotas: the caller is a broker, so its traffic is one client quota entity,
 user ``kafka-broker`` and client id ``broker-<node id>`` (``broker`` when the
 node id is unknown), under the same ``[[quotas.clients]]`` rules as every
 client: the request's time and payload bytes are recorded once it is
-answered, and the throttle comes back in ``throttle_time_ms`` (the plugin
-waits that long before its next request). A request arriving while that
-throttle runs is answered 429 with ``Retry-After`` and nothing of it is
-logged or recorded, as the HTTP ingestion routes do for Kafka's muted
-channel.
+answered (``push_byte_rate`` the bytes as forwarded,
+``push_decoded_byte_rate`` their decoded size), and the throttle comes back
+in ``throttle_time_ms`` (the plugin waits that long before its next
+request). A request arriving while that throttle runs is answered 429 with
+``Retry-After`` and nothing of it is logged or recorded, as the HTTP
+ingestion routes do for Kafka's muted channel.
 
 Memory (design invariant 9): the body, then each payload decoded from it,
 draw from the shared ``queued_max_request_bytes`` pool as the other HTTP
 routes' bodies do (:mod:`telemetry.http.memory`); a request that cannot get
 its share in ``[http] memory_wait_ms`` is answered 503 with ``Retry-After``
-and nothing of it is logged. What it holds is given back when it is
-answered, cancelled or failed.
+and nothing of it is logged. A payload's decoded copy holds its share only
+while it is decoded and checked (the payload is logged as sent); the body's
+is given back when the request is answered, cancelled or failed.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from telemetry.http.forward_codec import (
     ForwardRequest,
     decode_forward_request,
 )
-from telemetry.http.forward_payload import ForwardStats, forwarded_otlp
+from telemetry.http.forward_payload import ForwardedPayload, ForwardStats, forwarded_otlp
 from telemetry.http.throttle import retry_after_s
 from telemetry.ingest import PushContext
 from telemetry.ingress import push_context, refused_append, wall_clock_ms
@@ -66,7 +71,7 @@ if TYPE_CHECKING:
     from telemetry.http.memory import HeldMemory, HttpRequestMemory
     from telemetry.http.settings import ForwardSettings
     from telemetry.http.throttle import HttpQuotas
-    from telemetry.ingress import PushLog
+    from telemetry.ingress import PushLog, RefusalCounter
 
 __all__ = ["FORWARD_PATH", "ForwardHandler"]
 
@@ -103,6 +108,7 @@ class ForwardHandler:
         decompressor: Executor | None = None,
         stats: ForwardStats | None = None,
         memory: HttpRequestMemory | None = None,
+        refusals: RefusalCounter | None = None,
     ) -> None:
         self._log = log
         self._settings = settings
@@ -115,6 +121,8 @@ class ForwardHandler:
         self.stats = stats if stats is not None else ForwardStats()
         #: The shared request-memory pool (design invariant 9); ``None``: unbounded.
         self._memory = memory
+        #: Where pushes the log's budgets refuse are counted (``Enforcement.refusals``).
+        self._refusals = refusals
 
     async def handle(self, request: web.Request) -> web.Response:
         refusal = self._authenticate(request)
@@ -157,7 +165,7 @@ class ForwardHandler:
         # Handling time: reading and decoding; waiting for the fsync is not work.
         handled_ns = time.perf_counter_ns() - started_ns
         try:
-            codes, throttle_ms = await self._log_pushes(forward, held)
+            codes, throttle_ms, decoded_bytes = await self._log_pushes(forward, held)
         except _StoppingError:
             # Nothing of it was logged: the plugin retries it (503 with Retry-After).
             return web.json_response(
@@ -169,6 +177,7 @@ class ForwardHandler:
                 handled_ns,
                 self._clock(),
                 push_bytes=sum(len(push.payload) for push in forward.pushes),
+                decoded_bytes=decoded_bytes,
             )
             throttle_ms = max(throttle_ms, quota_ms)
         return web.json_response({"error_codes": codes, "throttle_time_ms": throttle_ms})
@@ -199,8 +208,10 @@ class ForwardHandler:
 
     async def _log_pushes(
         self, forward: ForwardRequest, held: HeldMemory | None
-    ) -> tuple[list[int], int]:
+    ) -> tuple[list[int], int, int]:
         """Append every push, then wait until each is durable or failed.
+
+        Returns the codes, the log's throttle and the pushes' decoded bytes.
 
         Nothing is appended before every payload is decoded, so a request
         refused memory half way logged nothing (the plugin retries it whole).
@@ -212,14 +223,21 @@ class ForwardHandler:
         batch = ForwardStats()
         payloads = await self._decoded_payloads(forward, batch, held)
         self.stats.decompressed.update(batch.decompressed)
+        decoded_bytes = 0
         for index, (push, payload) in enumerate(zip(forward.pushes, payloads, strict=True)):
             if isinstance(payload, ErrorCode):
                 codes.append(int(payload))
                 continue
+            decoded_bytes += payload.decoded_size
             try:
-                _, durable = self._log.append_nowait(_context(push), payload)
+                _, durable = self._log.append_nowait(
+                    _context(push, forward.broker_id),
+                    payload.payload,
+                    payload.compression,
+                    payload.decoded_size,
+                )
             except Exception as error:
-                code, wait_ms = _refused(error)
+                code, wait_ms = _refused(error, self._refusals)
                 codes.append(code)
                 throttle_ms = max(throttle_ms, wait_ms)
                 continue
@@ -236,24 +254,24 @@ class ForwardHandler:
                     codes[index] = code
                     throttle_ms = max(throttle_ms, wait_ms)
         self.stats.answers.update(ErrorCode(code) for code in codes)
-        return codes, throttle_ms
+        return codes, throttle_ms, decoded_bytes
 
     async def _decoded_payloads(
         self, forward: ForwardRequest, stats: ForwardStats, held: HeldMemory | None
-    ) -> list[bytes | ErrorCode]:
+    ) -> list[ForwardedPayload | ErrorCode]:
         """Each push's payload to log, or the code refusing it.
 
         A payload may expand (a 3.7 broker forwards it compressed) up to
         ``max_decompressed_bytes``: like a compressed OTLP/HTTP body, each
         holds that much request memory before it queues for the decompression
-        thread, and the hold shrinks to the bytes it produced after.
+        thread, and gives it back after (the payload is logged as sent).
 
         Raises:
             _MemoryRefusedError: the pool stayed full for ``memory_wait_ms``.
             _StoppingError: the server shut its decompression threads down.
         """
         memory = self._memory
-        payloads: list[bytes | ErrorCode] = []
+        payloads: list[ForwardedPayload | ErrorCode] = []
         for push in forward.pushes:
             if len(push.payload) > self._max_payload_bytes:
                 payloads.append(ErrorCode.TELEMETRY_TOO_LARGE)
@@ -262,20 +280,16 @@ class ForwardHandler:
             if memory is not None and held is not None and not await memory.grow(held, reserved):
                 raise _MemoryRefusedError
             try:
-                payload = await self._in_decompressor(push, forward.broker_id, stats)
-            except BaseException:
+                payload = await self._in_decompressor(push, stats)
+            finally:
                 if held is not None:
                     held.add(-reserved)
-                raise
-            if held is not None:
-                produced = len(payload) if isinstance(payload, bytes) else 0
-                held.add((produced if payload is not push.payload else 0) - reserved)
             payloads.append(payload)
         return payloads
 
     async def _in_decompressor(
-        self, push: ForwardedPush, broker_id: int | None, stats: ForwardStats
-    ) -> bytes | ErrorCode:
+        self, push: ForwardedPush, stats: ForwardStats
+    ) -> ForwardedPayload | ErrorCode:
         """``_otlp_payload`` on a worker thread.
 
         Raises:
@@ -283,9 +297,9 @@ class ForwardHandler:
         """
         if self._decompressor is None:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, self._otlp_payload, push, broker_id, stats)
+            return await loop.run_in_executor(None, self._otlp_payload, push, stats)
         try:
-            work = self._decompressor.submit(self._otlp_payload, push, broker_id, stats)
+            work = self._decompressor.submit(self._otlp_payload, push, stats)
         except RuntimeError as error:  # "cannot schedule new futures after shutdown"
             raise _StoppingError from error
         try:
@@ -296,17 +310,12 @@ class ForwardHandler:
             raise
 
     def _otlp_payload(
-        self, push: ForwardedPush, broker_id: int | None, stats: ForwardStats
-    ) -> bytes | ErrorCode:
+        self, push: ForwardedPush, stats: ForwardStats
+    ) -> ForwardedPayload | ErrorCode:
         """The push's payload to log, or the code refusing it (on a worker thread)."""
         try:
             return forwarded_otlp(
-                push.payload,
-                self._max_payload_bytes,
-                broker_id,
-                push.listener,
-                stats=stats,
-                share_gil=True,
+                push.payload, self._max_payload_bytes, stats=stats, share_gil=True
             )
         except TelemetryError as error:
             return error.error_code
@@ -343,15 +352,15 @@ def _broker_entity(broker_id: int | None) -> ClientEntity:
     return ClientEntity(FORWARD_USER, "broker" if broker_id is None else f"broker-{broker_id}")
 
 
-def _refused(error: BaseException) -> tuple[int, int]:
+def _refused(error: BaseException, refusals: RefusalCounter | None = None) -> tuple[int, int]:
     """A Kafka error code and throttle time for a push the log did not take."""
-    code, throttle_time_ms = refused_append(error)
+    code, throttle_time_ms = refused_append(error, refusals, "forward")
     return int(code), throttle_time_ms
 
 
-def _context(push: ForwardedPush) -> PushContext:
+def _context(push: ForwardedPush, broker_id: int | None) -> PushContext:
     """The push's context as the log keeps it; the broker exposes no subscription id (0)."""
-    return push_context(
+    context = push_context(
         client_instance_id=push.client_instance_id,
         subscription_id=0,
         received_ms=push.received_time_ms,
@@ -360,3 +369,6 @@ def _context(push: ForwardedPush) -> PushContext:
         origin=push,
         content_type=push.content_type,
     )
+    context.broker_id = broker_id
+    context.broker_listener = push.listener
+    return context

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from telemetry.enforcement import ClientQuotas, QuotaSettings
+from telemetry.enforcement import ClientQuotas, QuotaSettings, Refusals
 from telemetry.http.throttle import HttpQuotas
 from telemetry.ingress import wall_clock_ms
 
@@ -48,3 +48,5 @@ class HttpIngest:
     decompressor: Executor | None = None
     #: The shared request-memory pool, as HTTP requests take from it; ``None``: unbounded.
     memory: HttpRequestMemory | None = None
+    #: Where requests a bound refused are counted (the server's ``Enforcement.refusals``).
+    refusals: Refusals = field(default_factory=Refusals)

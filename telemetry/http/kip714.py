@@ -311,7 +311,14 @@ class PushHandler:
 
 def _ingress(ingest: HttpIngest) -> Ingress:
     """The flow, over the routes' parts; an HTTP push inherits its instance's identity."""
-    return Ingress(ingest.manager, ingest.log, ingest.decompressor, inherit=True)
+    return Ingress(
+        ingest.manager,
+        ingest.log,
+        ingest.decompressor,
+        inherit=True,
+        refusals=ingest.refusals,
+        door="http",
+    )
 
 
 class _Quota:
@@ -328,7 +335,12 @@ class _Quota:
         return self._quotas.admit_instance_creation(self._entity, now_ms)
 
     def finish(
-        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+        self,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+        decoded_bytes: int | None = None,
     ) -> int:
         return self._quotas.finish_request(
             self._entity,
@@ -336,4 +348,8 @@ class _Quota:
             now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
+            decoded_bytes=decoded_bytes,
         )
+
+    def charge_decoded(self, now_ms: int, decoded_bytes: int) -> int:
+        return self._quotas.finish_request(self._entity, 0, now_ms, decoded_bytes=decoded_bytes)

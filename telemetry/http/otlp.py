@@ -97,7 +97,7 @@ from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from google.protobuf.message import Message
     from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
@@ -273,6 +273,7 @@ class OtlpMetricsHandler:
             )
         if not failed:
             return _accepted(is_json)
+        _count_refusals(ingest, failed.values())
         if len(failed) == len(groups):
             raise _log_refusal(next(iter(failed.values())))
         response = ExportMetricsServiceResponse()
@@ -411,6 +412,7 @@ class OtlpMetricsHandler:
                 loop_ns // len(entities),
                 now_ms,
                 push_bytes=body_bytes * size // payload_bytes,
+                decoded_bytes=size,
             )
 
     async def _append(
@@ -531,6 +533,13 @@ def _memory_refusal(wait_s: float) -> _RefusedError:
         "the server's request memory (limits.queued_max_request_bytes) is full",
         retry_after_s(max(1000, int(wait_s * 1000)), OTLP_MAX_RETRY_AFTER_S),
     )
+
+
+def _count_refusals(ingest: HttpIngest, errors: Iterable[BaseException]) -> None:
+    """Count the appends a log budget refused (``kip714_requests_refused_total``)."""
+    for error in errors:
+        if isinstance(error, LogFullError):
+            ingest.refusals.count("otlp", error.bound)
 
 
 def _log_refusal(error: BaseException) -> _RefusedError:

@@ -83,6 +83,7 @@ class HttpQuotas:
         *,
         push_bytes: int | None = None,
         mutation_throttle_ms: int = 0,
+        decoded_bytes: int | None = None,
     ) -> int:
         """Record a served request; the throttle its response carries, for which it is muted."""
         throttle = self.clients.finish_request(
@@ -91,6 +92,7 @@ class HttpQuotas:
             now_ms,
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
+            decoded_bytes=decoded_bytes,
         )
         if throttle.time_ms > 0:
             self._advance(now_ms)

@@ -29,12 +29,19 @@ class LogConfig:
         full_throttle_ms: Throttle time suggested to clients refused because
             the budget is exhausted; exporters need time to catch up and the
             log cannot predict how long, so this is a fixed, tunable value.
+        max_pending_decoded_bytes: The budget of work not yet done: the
+            decoded (decompressed) size of records not yet consumed by every
+            exporter. A push beyond it is refused as when the disk budget is
+            exhausted (THROTTLING_QUOTA_EXCEEDED / 503): a small compressed
+            push can decode to millions of data points, which the disk
+            budget, counting bytes as sent, does not see.
     """
 
     segment_bytes: int = 64 * _MIB
     max_bytes: int = 1024 * _MIB
     max_record_bytes: int = 16 * _MIB
     full_throttle_ms: int = 1000
+    max_pending_decoded_bytes: int = 4096 * _MIB
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= 0:
@@ -46,6 +53,11 @@ class LogConfig:
             )
         if self.max_record_bytes <= 0 or self.full_throttle_ms < 0:
             raise ValueError("max_record_bytes must be positive and full_throttle_ms >= 0")
+        if self.max_pending_decoded_bytes < self.max_record_bytes:
+            raise ValueError(
+                f"max_pending_decoded_bytes ({self.max_pending_decoded_bytes}) must be at least "
+                f"max_record_bytes ({self.max_record_bytes}), so any record fits once consumed"
+            )
 
 
 def parse_log(section: Mapping[str, Any]) -> LogConfig:
@@ -53,5 +65,6 @@ def parse_log(section: Mapping[str, Any]) -> LogConfig:
     try:
         return LogConfig(**values)
     except ValueError as error:
-        key = next(iter(values), "log")
+        pending = "max_pending_decoded_bytes"
+        key = pending if str(error).startswith(pending) else next(iter(values), "log")
         raise ConfigError(f"log.{key}", values.get(key), str(error)) from None

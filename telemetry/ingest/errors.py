@@ -45,10 +45,12 @@ class LogFullError(ThrottlingQuotaExceededError, IngestLogError):
     THROTTLING_QUOTA_EXCEEDED with ``throttle_time_ms`` without special cases.
     """
 
-    def __init__(self, throttle_time_ms: int, reason: str) -> None:
+    def __init__(self, throttle_time_ms: int, reason: str, bound: str = "max_bytes") -> None:
         super().__init__(reason)
         self.throttle_time_ms = throttle_time_ms
         self.reason = reason
+        #: The ``[log]`` key of the budget that refused it (``kip714_requests_refused_total``).
+        self.bound = bound
 
 
 class RecordTooLargeError(IngestLogError, ValueError):

@@ -51,6 +51,10 @@ logger = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
 _HINTS = 1024
+#: Offsets per mark of the pending decoded bytes: memory is one small tuple per
+#: this many unconsumed records, and a consumer's progress counts once it passes
+#: a whole group (the budget over-counts by at most one group).
+_MARK_RECORDS = 64
 
 
 class IngestLog:
@@ -93,6 +97,12 @@ class IngestLog:
         self._closed = asyncio.Event()
         self._close_task: asyncio.Future[None] | None = None
         self._refused_length = 0
+        #: (offset, decoded bytes appended up to and including it), oldest first,
+        #: for records appended since open that some consumer has not passed
+        #: (records recovered at open count by their disk size only, in ``max_bytes``).
+        self._decoded_marks: collections.deque[tuple[int, int]] = collections.deque()
+        self._decoded_appended = 0  # decoded bytes appended since open
+        self._decoded_passed = 0  # of those, what every consumer has passed
         # Kept: asyncio.get_running_loop() costs a getpid() system call on Python 3.11,
         # and every append makes a future.
         self._loop = asyncio.get_running_loop()
@@ -191,6 +201,9 @@ class IngestLog:
             )
         if self._retained + self._pending_bytes + length > self._config.max_bytes:
             raise self._refuse(length)
+        pending_decoded = self._decoded_appended - self._decoded_passed
+        if pending_decoded + size > self._config.max_pending_decoded_bytes:
+            raise self._refuse_decoded(pending_decoded, size)
         if self.stats.full:
             self.stats.full = False
             logger.info("ingest log has room again; accepting pushes")
@@ -200,6 +213,13 @@ class IngestLog:
         self._pending_lengths.append(length)
         self._pending_futures.append(future)
         self._pending_bytes += length
+        self._decoded_appended += size
+        marks = self._decoded_marks
+        if marks and marks[-1][0] // _MARK_RECORDS == offset // _MARK_RECORDS:
+            marks[-1] = (offset, self._decoded_appended)  # one mark per 64 offsets: bounded
+        else:
+            marks.append((offset, self._decoded_appended))
+        self.stats.pending_decoded_bytes = self._decoded_appended - self._decoded_passed
         if self._writer_idle:
             self._wakeup.set()  # a writer busy with a group takes this one next, unwoken
         return offset, future
@@ -222,6 +242,36 @@ class IngestLog:
             self.stats.full = True
             logger.warning("%s; refusing pushes with THROTTLING_QUOTA_EXCEEDED", reason)
         return LogFullError(self._config.full_throttle_ms, reason)
+
+    def _refuse_decoded(self, pending: int, size: int) -> LogFullError:
+        """A push refused for ``max_pending_decoded_bytes``, answered as a full log."""
+        slowest = self._positions.slowest()
+        behind = (
+            "no consumer is registered"
+            if slowest is None
+            else f"slowest consumer {slowest[0]!r} is at offset {slowest[1]} of {self._durable_end}"
+        )
+        reason = (
+            f"ingest log max_pending_decoded_bytes reached: {pending} decoded bytes not yet "
+            f"consumed of {self._config.max_pending_decoded_bytes}, {size} more needed; {behind}"
+        )
+        self.stats.refused_full += 1
+        self.stats.refused_pending_decoded += 1
+        self.stats.last_refusal_reason = reason
+        if not self.stats.full:
+            self.stats.full = True
+            logger.warning("%s; refusing pushes with THROTTLING_QUOTA_EXCEEDED", reason)
+        return LogFullError(self._config.full_throttle_ms, reason, "max_pending_decoded_bytes")
+
+    def _pass_decoded(self) -> None:
+        """Drop the decoded sizes of records every consumer has passed from the pending budget."""
+        low = self._positions.minimum()
+        if low is None:
+            return
+        marks = self._decoded_marks
+        while marks and marks[0][0] < low:
+            self._decoded_passed = marks.popleft()[1]
+        self.stats.pending_decoded_bytes = self._decoded_appended - self._decoded_passed
 
     async def _write_loop(self) -> None:
         """Write whatever is queued, group by group, until closed with nothing queued.
@@ -512,6 +562,7 @@ class IngestLog:
         With no consumer registered nothing is deleted: data nobody has read
         yet is kept until the budget refuses new pushes.
         """
+        self._pass_decoded()
         low = self._positions.minimum()
         if low is None:
             return

@@ -1,18 +1,25 @@
-"""The on-disk record format of the ingest log (format version 2; version 1 is still read).
+"""The on-disk record format of the ingest log (format version 3; versions 1 and 2 are still read).
 
 A segment file is a sequence of frames and nothing else, so recovery and
 readers need no side index to find record boundaries::
 
     frame := length:u32le  crc:u32le  body[length]
-    body  := version:u8 (=2)  flags:u8  offset:i64  subscription_id:i64
+    body  := version:u8 (=3)  flags:u8  offset:i64  subscription_id:i64
              received_time_ms:i64  push_interval_ms:i64  source_port:i32
-             compression:u8  decompressed_size:u32
-             7 × string_length:u32            (0xFFFFFFFF = None)
-             the 7 strings' UTF-8 bytes       (in the order of ``_STRING_FIELDS``)
+             compression:u8  decompressed_size:u32  broker_id:i32
+             8 × string_length:u32            (0xFFFFFFFF = None)
+             the 8 strings' UTF-8 bytes       (in ``encode_frame``'s order)
              payload                          (the rest of the body, as the client sent it)
 
-Version 1 bodies have no ``compression`` and ``decompressed_size`` and hold
-the payload decompressed. Version 2 keeps the payload compressed, as sent
+Version 3 adds the Kafka broker a push was forwarded through (the forward
+route): ``broker_id`` (valid when flag 0x04 is set) and the eighth string,
+its listener. A reader adds both to every resource of the payload it
+returns, as the resource attributes ``kafka.broker.id`` and
+``kafka.broker.listener`` (:func:`with_broker_attributes`), so every exporter
+lands them; the route logs the payload as the broker sent it.
+Version 2 has neither; version 1 bodies have no ``compression`` and
+``decompressed_size`` either and hold the payload decompressed. Version 2
+keeps the payload compressed, as sent
 (``compression`` is Kafka's ``CompressionType`` id), because copying the
 decompressed payload into the page cache was the log writer's largest cost
 (a librdkafka push is ~0.9 KB as sent, ~8.9 KB decompressed).
@@ -41,10 +48,11 @@ from exporters.api import LoggedPush
 from telemetry.core.codecs import CompressionType, decompress
 from telemetry.errors import TelemetryError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER = struct.Struct("<II")
 _FIXED_V1 = struct.Struct("<BBqqqqi7I")
-_FIXED = struct.Struct("<BBqqqqiBI7I")
+_FIXED_V2 = struct.Struct("<BBqqqqiBI7I")
+_FIXED = struct.Struct("<BBqqqqiBIi8I")
 MIN_BODY = _FIXED_V1.size
 # A format limit, not a policy: recovery must judge frames written under any
 # configuration by the same rule, so this never depends on ``LogConfig``.
@@ -53,8 +61,9 @@ MAX_BODY = 256 * 1024 * 1024
 _NONE = 0xFFFFFFFF
 _TERMINATING = 0x01
 _HAS_PORT = 0x02
+_HAS_BROKER_ID = 0x04
 _OFFSET_AT = 2  # byte position of ``offset`` inside the body
-_VERSIONS: Final = frozenset({1, 2})
+_VERSIONS: Final = frozenset({1, 2, 3})
 #: The codecs by their id: a dict lookup, not an enum call.
 _CODECS: Final[dict[int, CompressionType]] = {int(c): c for c in CompressionType}
 #: Above this decompressed size a reader thread lets the event loop take the
@@ -102,6 +111,9 @@ class PushContext:
     client_source_address: str | None = None
     client_source_port: int | None = None
     principal: str | None = None
+    #: The Kafka broker a forwarded push came through (``None``: not forwarded).
+    broker_id: int | None = None
+    broker_listener: str | None = None
 
     def __init__(
         self,
@@ -118,6 +130,8 @@ class PushContext:
         client_source_address: str | None = None,
         client_source_port: int | None = None,
         principal: str | None = None,
+        broker_id: int | None = None,
+        broker_listener: str | None = None,
     ) -> None:
         self.client_instance_id = client_instance_id
         self.subscription_id = subscription_id
@@ -131,6 +145,8 @@ class PushContext:
         self.client_source_address = client_source_address
         self.client_source_port = client_source_port
         self.principal = principal
+        self.broker_id = broker_id
+        self.broker_listener = broker_listener
 
     def __reduce__(self) -> tuple[object, tuple[tuple[object, ...]]]:
         """Copied and pickled through ``__init__``: a native class has no default way."""
@@ -144,17 +160,17 @@ def _rebuild_push_context(values: tuple[object, ...]) -> PushContext:
     return PushContext(**dict(zip(_CONTEXT_FIELDS, values, strict=True)))  # type: ignore[arg-type]
 
 
-#: The seven strings of a push context, in the record's order.
-_Strings = tuple[str, str, str | None, str | None, str | None, str | None, str | None]
+#: The eight strings of a push context, in the record's order.
+_Strings = tuple[str, str, str | None, str | None, str | None, str | None, str | None, str | None]
 
 
 class _EncodedStrings:
     """The strings' lengths and UTF-8 bytes, by their values: a client's pushes repeat them.
 
-    Every push of an instance carries the same seven strings (its id, the
-    content type, its connection's client id, software, address and
-    principal), so each set is encoded once. Bounded: the cache is emptied
-    when it reaches ``max_entries``.
+    Every push of an instance carries the same eight strings (its id, the
+    content type, its connection's client id, software, address, principal
+    and, forwarded, its broker's listener), so each set is encoded once.
+    Bounded: the cache is emptied when it reaches ``max_entries``.
     """
 
     __slots__ = ("entries", "max_entries")
@@ -208,6 +224,7 @@ def encode_frame(
         context.client_software_version,
         context.client_source_address,
         context.principal,
+        context.broker_listener,
     )
     # _EncodedStrings.get's hit, inlined: every push comes here.
     entry = _ENCODED_STRINGS.entries.get(strings)
@@ -216,6 +233,9 @@ def encode_frame(
     port = context.client_source_port
     if port is not None:
         flags |= _HAS_PORT
+    broker_id = context.broker_id
+    if broker_id is not None:
+        flags |= _HAS_BROKER_ID
     if decompressed_size < 0:
         if compression:
             raise ValueError("a compressed payload needs its decompressed size")
@@ -237,6 +257,7 @@ def encode_frame(
             0 if port is None else port,
             compression,
             decompressed_size,
+            0 if broker_id is None else broker_id,
             *lengths,
         )
     except struct.error as exc:
@@ -277,11 +298,16 @@ def decoded_size(buf: bytes, start: int, end: int) -> int:
     smaller on disk than in memory. Call it on a body ``check_body`` passed
     (a damaged one could claim any size).
     """
-    if buf[start] == 1 or end - start < _FIXED.size:
+    version = buf[start]
+    if version == 1:
         return end - start
-    fields: tuple[int, ...] = _FIXED.unpack_from(buf, start)
-    size, lengths = fields[8], fields[9:]
-    return _FIXED.size + sum(length for length in lengths if length != _NONE) + size
+    fixed = _FIXED_V2 if version == 2 else _FIXED
+    if end - start < fixed.size:
+        return end - start
+    fields: tuple[int, ...] = fixed.unpack_from(buf, start)
+    size = fields[8]
+    lengths = fields[9:] if version == 2 else fields[10:]
+    return fixed.size + sum(length for length in lengths if length != _NONE) + size
 
 
 def decode_body(buf: bytes, start: int, end: int, crc: int, expected_offset: int) -> LoggedPush:
@@ -307,16 +333,23 @@ def decode_checked_body(buf: bytes, start: int, end: int) -> LoggedPush:
     """
     at = start - HEADER.size
     fields: tuple[int, ...]
-    if buf[start] == 1:
+    version = buf[start]
+    broker_id = 0
+    if version == 1:
         fields = _FIXED_V1.unpack_from(buf, start)
         pos = start + _FIXED_V1.size
-        compression, size, lengths = 0, -1, fields[7:]
+        compression, size, lengths = 0, -1, (*fields[7:], _NONE)  # no listener
     else:
-        if end - start < _FIXED.size:
+        fixed = _FIXED_V2 if version == 2 else _FIXED
+        if end - start < fixed.size:
             raise FrameError(at, f"record body of {end - start} bytes is too short")
-        fields = _FIXED.unpack_from(buf, start)
-        pos = start + _FIXED.size
-        compression, size, lengths = fields[7], fields[8], fields[9:]
+        fields = fixed.unpack_from(buf, start)
+        pos = start + fixed.size
+        compression, size = fields[7], fields[8]
+        if version == 2:
+            lengths = (*fields[9:], _NONE)  # no listener
+        else:
+            broker_id, lengths = fields[9], fields[10:]
     _version, flags, offset, subscription_id, received_time_ms, push_interval_ms, port = fields[:7]
     values: list[str | None] = []
     for length in lengths:
@@ -330,12 +363,15 @@ def decode_checked_body(buf: bytes, start: int, end: int) -> LoggedPush:
         except UnicodeDecodeError as exc:
             raise FrameError(at, f"invalid UTF-8: {exc.reason}") from exc
         pos += length
-    instance_id, content_type, client_id, sw_name, sw_version, address, principal = values
+    instance_id, content_type, client_id, sw_name, sw_version, address, principal, listener = values
     if instance_id is None or content_type is None:
         raise FrameError(at, "required string missing")
     payload = buf[pos:end]
     if size >= 0:
         payload = _decompressed(at, compression, payload, size)
+    broker: int | None = broker_id if flags & _HAS_BROKER_ID else None
+    if broker is not None or listener is not None:
+        payload = with_broker_attributes(payload, broker, listener)
     return LoggedPush(
         offset=offset,
         client_instance_id=instance_id,
@@ -351,6 +387,8 @@ def decode_checked_body(buf: bytes, start: int, end: int) -> LoggedPush:
         terminating=bool(flags & _TERMINATING),
         content_type=content_type,
         payload=payload,
+        broker_id=broker,
+        broker_listener=listener,
     )
 
 
@@ -375,3 +413,94 @@ def _decompressed(at: int, compression: int, stored: bytes, size: int) -> bytes:
             at, f"{codec.name} payload decompressed to {len(payload)} bytes, record declares {size}"
         )
     return payload
+
+
+#: The resource attributes naming the broker a forwarded push came through.
+BROKER_ID_ATTRIBUTE: Final = "kafka.broker.id"
+BROKER_LISTENER_ATTRIBUTE: Final = "kafka.broker.listener"
+
+
+def with_broker_attributes(payload: bytes, broker_id: int | None, listener: str | None) -> bytes:
+    """``payload`` (OTLP ``MetricsData``) with the broker's attributes on every resource.
+
+    At the wire level, not through a parse: each top-level ``ResourceMetrics``
+    gets one more ``resource`` field appended, holding only the attributes,
+    which protobuf merges into its resource (a message field sent twice is
+    merged, a repeated one concatenated). They come after whatever the client
+    sent, so they win over attributes it sent under the same names (the
+    landing keeps the last of repeated keys). The cost is one pass over the
+    top-level fields, not over the data points. A payload whose top level
+    is not well-formed protobuf comes back unchanged (the landing skips it as
+    undecodable).
+    """
+    extra = b""
+    if broker_id is not None:
+        value = b"\x18" + _varint(broker_id & 0xFFFFFFFFFFFFFFFF)  # AnyValue.int_value
+        extra += _field(1, _field(1, BROKER_ID_ATTRIBUTE.encode()) + _field(2, value))
+    if listener is not None:
+        value = _field(1, listener.encode("utf-8"))  # AnyValue.string_value
+        extra += _field(1, _field(1, BROKER_LISTENER_ATTRIBUTE.encode()) + _field(2, value))
+    if not extra:
+        return payload
+    resource = _field(1, extra)  # ResourceMetrics.resource := Resource{attributes}
+    parts: list[bytes] = []
+    pos, end = 0, len(payload)
+    while pos < end:
+        field_at = pos
+        tag, body_at, pos = _next_field(payload, pos)
+        if pos < 0 or pos > end:
+            return payload
+        if tag == 0x0A:  # MetricsData.resource_metrics
+            body = payload[body_at:pos] + resource
+            parts.append(b"\x0a" + _varint(len(body)) + body)
+        else:
+            parts.append(payload[field_at:pos])
+    return b"".join(parts)
+
+
+def _next_field(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """The field at ``pos``: its tag, where its value starts, and where it ends (-1: malformed)."""
+    tag, pos = _read_varint(buf, pos)
+    if pos < 0:
+        return 0, -1, -1
+    wire = tag & 7
+    if wire == 0:
+        _, end = _read_varint(buf, pos)
+        return tag, pos, end
+    if wire == 1:
+        return tag, pos, pos + 8
+    if wire == 5:
+        return tag, pos, pos + 4
+    if wire == 2:
+        length, at = _read_varint(buf, pos)
+        return tag, at, -1 if at < 0 else at + length
+    return tag, -1, -1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, body: bytes) -> bytes:
+    """A length-delimited field."""
+    return _varint(number << 3 | 2) + _varint(len(body)) + body
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it (-1: cut short or too long)."""
+    result = 0
+    shift = 0
+    end = len(buf)
+    while pos < end and shift < 64:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+    return 0, -1

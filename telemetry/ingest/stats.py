@@ -40,6 +40,11 @@ class LogStats:
     segments_rolled: int = 0
     segments_deleted: int = 0
     refused_full: int = 0
+    #: Of ``refused_full``, those refused for ``max_pending_decoded_bytes``.
+    refused_pending_decoded: int = 0
+    #: Gauge: decoded bytes of records appended since the log opened, not yet
+    #: passed by every consumer.
+    pending_decoded_bytes: int = 0
     # Gauge: True while appends are being refused for the disk budget.
     full: bool = False
     last_refusal_reason: str = ""

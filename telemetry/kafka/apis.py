@@ -102,7 +102,9 @@ class KafkaApis:
         self.requests = requests
         self.advertised_address = advertised_address
         #: The KIP-714 flow the telemetry APIs hand their requests to.
-        self.ingress = Ingress(manager, log, decompressor)
+        self.ingress = Ingress(
+            manager, log, decompressor, refusals=enforcement.refusals, door="kafka"
+        )
         self.security = security
         #: Kafka's ProducerIdManager: each idempotent producer gets an id of its own.
         self._producer_ids = itertools.count(0)
@@ -411,7 +413,12 @@ class _Quota:
         return self._apis.enforcement.clients.admit_instance_creation(self._state.entity, now_ms)
 
     def finish(
-        self, now_ms: int, *, push_bytes: int | None = None, mutation_throttle_ms: int = 0
+        self,
+        now_ms: int,
+        *,
+        push_bytes: int | None = None,
+        mutation_throttle_ms: int = 0,
+        decoded_bytes: int | None = None,
     ) -> int:
         # KafkaApis._finish_request, inlined: every push comes here.
         state = self._state
@@ -424,6 +431,16 @@ class _Quota:
             push_bytes=push_bytes,
             mutation_throttle_ms=mutation_throttle_ms,
             sensors=sensors,
+            decoded_bytes=decoded_bytes,
+        ).time_ms
+        if throttle_ms > 0:
+            self._apis.mute(state.entity, throttle_ms)
+        return throttle_ms
+
+    def charge_decoded(self, now_ms: int, decoded_bytes: int) -> int:
+        state = self._state
+        throttle_ms = self._apis.enforcement.clients.finish_request(
+            state.entity, 0, now_ms, decoded_bytes=decoded_bytes
         ).time_ms
         if throttle_ms > 0:
             self._apis.mute(state.entity, throttle_ms)

@@ -320,6 +320,7 @@ class Server:
             decompressor=self.listener.decompressor,
             quotas=http_quotas,
             memory=HttpRequestMemory(self.enforcement.request_memory, settings.http.memory_wait_ms),
+            refusals=self.enforcement.refusals,
         )
         registry.register(HttpIngestCollector(ingest.stats))
         store_stats = getattr(self.admin.store, "stats", None)
@@ -335,6 +336,7 @@ class Server:
             authorizer=self.authorizer,
             decompressor=self.listener.decompressor,
             memory=ingest.memory,
+            refusals=self.enforcement.refusals,
         )
         registry.register(ForwardCollector(forward.stats))
         app = create_app(registry, self.health, self.readiness, forward)

@@ -238,7 +238,13 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             toml.section(
                 "log",
                 document,
-                {"segment_bytes", "max_bytes", "max_record_bytes", "full_throttle_ms"},
+                {
+                    "segment_bytes",
+                    "max_bytes",
+                    "max_record_bytes",
+                    "full_throttle_ms",
+                    "max_pending_decoded_bytes",
+                },
             )
         ),
         subscriptions=subscriptions,

@@ -188,8 +188,19 @@ class ServerCollector(Collector):
         yield full
         yield CounterMetricFamily(
             "kip714_log_refused_full",
-            "Pushes refused with THROTTLING_QUOTA_EXCEEDED for the disk budget.",
+            "Pushes refused with THROTTLING_QUOTA_EXCEEDED for the disk budget "
+            "or max_pending_decoded_bytes.",
             value=stats.refused_full,
+        )
+        yield CounterMetricFamily(
+            "kip714_log_refused_pending_decoded",
+            "Pushes refused because [log] max_pending_decoded_bytes was reached.",
+            value=stats.refused_pending_decoded,
+        )
+        yield GaugeMetricFamily(
+            "kip714_log_pending_decoded_bytes",
+            "Decoded bytes of pushes logged since start that some exporter has not consumed.",
+            value=stats.pending_decoded_bytes,
         )
 
     def _exporters(self) -> Iterable[Metric]:
@@ -219,6 +230,12 @@ class ServerCollector(Collector):
             "Logged pushes whose payload is not OTLP, skipped by a landing, per exporter.",
             labels=["exporter"],
         )
+        landing_skipped = CounterMetricFamily(
+            "kip714_landing_skipped_pushes",
+            "Logged pushes a landing skipped whole, per exporter and reason: undecodable "
+            "(not OTLP) or max_data_points_per_push (more data points than that option).",
+            labels=["exporter", "reason"],
+        )
         plugin_stats = GaugeMetricFamily(
             "kip714_exporter_stat",
             "An exporter's own counters (its stats object's numeric fields), by name.",
@@ -236,6 +253,10 @@ class ServerCollector(Collector):
             skipped_undecodable = getattr(exporter_stats, "undecodable_payloads", None)
             if isinstance(skipped_undecodable, int):  # the landings' FlattenStats
                 undecodable.add_metric([host.name], skipped_undecodable)
+                landing_skipped.add_metric([host.name, "undecodable"], skipped_undecodable)
+            oversized = getattr(exporter_stats, "oversized_pushes", None)
+            if isinstance(oversized, int):
+                landing_skipped.add_metric([host.name, "max_data_points_per_push"], oversized)
             lag.add_metric([host.name], host.lag)
             exported.add_metric([host.name], host.stats.exported_pushes)
             failures.add_metric([host.name], host.stats.failures)
@@ -245,7 +266,16 @@ class ServerCollector(Collector):
                 _buckets(EXPORT_BUCKETS_S, host.stats.export_bucket_counts),
                 host.stats.export_seconds_total,
             )
-        yield from (lag, exported, failures, skipped, latency, undecodable, plugin_stats)
+        yield from (
+            lag,
+            exported,
+            failures,
+            skipped,
+            latency,
+            undecodable,
+            landing_skipped,
+            plugin_stats,
+        )
 
     def _retention(self) -> Iterable[Metric]:
         """Retention's deletions, per dataset: ``rollups`` and each pruning exporter's name."""

@@ -26,6 +26,7 @@ from exporters.otlp_rows import (
     COLUMNS,
     FlattenStats,
     arrow_schema,
+    count_data_points,
     flatten,
     flatten_batch,
     iter_rows,
@@ -567,3 +568,19 @@ def test_columns_load_into_arrow_with_the_documented_schema() -> None:
     assert table.column("attributes")[0].as_py() == [("a", "1")]
     assert table.column("bucket_counts")[1].as_py() == [2]
     assert table.column("value").null_count == 1
+
+
+def test_data_points_are_counted_at_the_wire_level_up_to_the_bound() -> None:
+    bomb = payload(Metric(name="bomb", gauge=Gauge(data_points=[NumberDataPoint()] * 5_000)))
+    assert count_data_points(bomb, 10) == 11  # stops past the bound
+    assert count_data_points(bomb, 4_999) == 5_000
+    assert count_data_points(bomb, 10_000) == 0  # too short to exceed it: not walked
+    mixed = payload(
+        Metric(name="g", gauge=Gauge(data_points=[NumberDataPoint(as_int=1)] * 3)),
+        Metric(name="s", sum=Sum(data_points=[NumberDataPoint(as_double=2.0)] * 4)),
+        Metric(name="h", histogram=Histogram(data_points=[HistogramDataPoint(count=1)] * 2)),
+    )
+    assert count_data_points(mixed, 1) == 2
+    assert count_data_points(mixed, 8) == 9
+    assert count_data_points(mixed[: len(mixed) // 2], 1) <= 2  # cut short: no error
+    assert count_data_points(b"\xff" * 64, 1) == 0

@@ -31,6 +31,7 @@ controller_mutation_rate = 5.0
 [[quotas.clients]]
 client_id = "<default>"
 push_byte_rate = 2048
+push_decoded_byte_rate = 1048576
 
 [[quotas.ips]]
 ip = "<default>"
@@ -63,7 +64,9 @@ def test_the_documented_example_loads() -> None:
                 request_percentage=25.0,
                 controller_mutation_rate=5.0,
             ),
-            ClientQuotaSettings(client_id="<default>", push_byte_rate=2048.0),
+            ClientQuotaSettings(
+                client_id="<default>", push_byte_rate=2048.0, push_decoded_byte_rate=1048576.0
+            ),
         ),
         ips=(
             IpQuotaSettings(ip="<default>", connection_creation_rate=20),
@@ -112,6 +115,10 @@ def test_defaults_have_no_quota_and_kafka_like_limits() -> None:
         (
             {"quotas": {"clients": [{"client_id": "c", "request_percentage": True}]}},
             "quotas.clients[0].request_percentage",
+        ),
+        (
+            {"quotas": {"clients": [{"client_id": "c", "push_decoded_byte_rate": -1}]}},
+            "quotas.clients[0].push_decoded_byte_rate",
         ),
         (
             {

@@ -29,7 +29,6 @@ from telemetry.http.forward_payload import (
 )
 from telemetry.server.bootstrap import Server
 from telemetry.server.config import load_settings
-from tests.exporters.support import payload
 from tests.telemetry.kafka_wire_client import otlp_payload, xerial_snappy, zstd_stream
 
 if TYPE_CHECKING:
@@ -246,16 +245,33 @@ def test_a_lying_count_costs_nothing() -> None:
     assert peak < 64 * 1024
 
 
-def test_the_broker_attributes_replace_any_the_client_claims() -> None:
-    claimed = payload(resource={BROKER_ID_ATTRIBUTE: "99", "service.name": "orders"})
-    data = MetricsData.FromString(forwarded_otlp(claimed, 4096, 5, "INTERNAL"))
-    attributes = data.resource_metrics[0].resource.attributes
-    assert [(kv.key, kv.value.WhichOneof("value")) for kv in attributes] == [
-        ("service.name", "string_value"),
-        (BROKER_ID_ATTRIBUTE, "int_value"),
-        (BROKER_LISTENER_ATTRIBUTE, "string_value"),
-    ]
-    assert attributes[1].value.int_value == 5
+async def test_a_compressed_forwarded_push_is_logged_as_sent_and_lands_with_the_broker(
+    server: Server, tmp_path: Path
+) -> None:
+    """Issue 35 item 5: no decompressed copy, no re-encoding; the broker rides in the context."""
+    data = MetricsData.FromString(otlp_payload("org.apache.kafka.forwarded", points=30))
+    for key, value in ((BROKER_ID_ATTRIBUTE, "99"), ("service.name", "orders")):
+        data.resource_metrics[0].resource.attributes.add(key=key).value.string_value = value
+    claimed = data.SerializeToString()
+    sent = zstd_stream(claimed)
+    assert len(sent) < len(claimed)
+    assert forwarded_otlp(sent, 4096).payload == sent
+    status, answer = await post(server, encode_request(5, [encode_push(sent, listener="INTERNAL")]))
+    await server.stop()
+
+    assert (status, answer) == (200, {"error_codes": [0], "throttle_time_ms": 0})
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "data" / "log").glob("*.log"))
+    assert sent in stored
+    assert claimed not in stored
+    rows = landed_rows(tmp_path / "data")
+    assert rows
+    assert {tuple(sorted(dict(r["resource_attributes"]).items())) for r in rows} == {
+        (
+            (BROKER_ID_ATTRIBUTE, "5"),
+            (BROKER_LISTENER_ATTRIBUTE, "INTERNAL"),
+            ("service.name", "orders"),
+        )
+    }
 
 
 QUOTA_CONFIG = f"""[forward]

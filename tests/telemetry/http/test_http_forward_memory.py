@@ -68,13 +68,16 @@ async def test_a_full_pool_answers_503_with_retry_after_and_logs_nothing(
 async def test_decompressed_payloads_draw_from_the_pool_before_anything_is_logged(
     server: Server,
 ) -> None:
-    """What a 3.7 broker forwards expands: each payload's decoded bytes are held, one at a time."""
+    """What a 3.7 broker forwards expands: each payload is decoded holding memory, one at a time.
+
+    The decoded copy is given back once the payload is checked: it is logged as sent.
+    """
     pool = pool_of(server)
     assert server.log is not None
     body = encode_request(2, [encode_push(zstd_stream(otlp_payload(f"m{i}"))) for i in range(2)])
-    # Another request holds all but the body: the first payload's decoded bytes
-    # fill the pool, so the second waits memory_wait_ms in vain.
-    other = pool.bound - len(body) - 1
+    # Another request holds all but the body: with the body held the pool is
+    # full, so the first payload waits memory_wait_ms in vain to be decoded.
+    other = pool.bound - len(body)
     pool.change(other)
     status, answer = await post(server, body)
     assert status == 503, answer
@@ -113,7 +116,7 @@ async def test_a_request_cancelled_while_waiting_for_memory_gives_back_what_it_h
         body = encode_request(
             2, [encode_push(zstd_stream(otlp_payload(f"m{i}"))) for i in range(2)]
         )
-        other = pool.bound - len(body) - 1
+        other = pool.bound - len(body)
         pool.change(other)
         async with aiohttp.ClientSession() as session:
             sending = asyncio.ensure_future(
@@ -123,12 +126,13 @@ async def test_a_request_cancelled_while_waiting_for_memory_gives_back_what_it_h
                     headers={"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}"},
                 )
             )
-            # Bounded: the body and the first decoded payload held, the second waiting.
+            # Bounded: the body held, the first payload waiting for memory to be decoded.
             for _ in range(500):
-                if pool.held > other + len(body) and memory._waiters:
+                if pool.held >= other + len(body) and memory._waiters:
                     break
                 await asyncio.sleep(0.01)
-            assert pool.held > other + len(body)
+            assert pool.held == other + len(body)
+            assert memory._waiters
             sending.cancel()  # the client goes away
             with pytest.raises(asyncio.CancelledError):
                 await sending

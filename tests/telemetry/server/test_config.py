@@ -111,6 +111,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         ("[telemetry]\nmax_bytes = 0", "telemetry.max_bytes", 0),
         ('[telemetry]\nmax_bytes = "big"', "telemetry.max_bytes", "big"),
         ("[log]\nsegment_bytes = 10\nmax_bytes = 15", "log.segment_bytes", 10),
+        ("[log]\nmax_pending_decoded_bytes = 1000", "log.max_pending_decoded_bytes", 1000),
         ('[subscriptions.s]\n"interval.ms" = 50', "subscriptions.s", None),
         ('[subscriptions.s]\nmatch = ["nokey=.*"]', "subscriptions.s", None),
         ('[subscriptions.s]\nmetrics = ["a"]\ncolour = "red"', "subscriptions.s", None),
