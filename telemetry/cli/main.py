@@ -177,7 +177,8 @@ def _serve_command(arguments: list[str]) -> int:
         return run_event_loop(serve(settings))
     except (ConfigError, StartupError) as error:  # exporter options are checked at start
         kind = "config error" if isinstance(error, ConfigError) else "cannot start"
-        print(f"kip714: {kind}: {error}", file=sys.stderr)
+        # One line even when a library's message has several (SQLAlchemy's do).
+        print(f"kip714: {kind}: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     except DataDirLockedError as error:
         print(f"kip714: {error}; stop it or use another --data-dir", file=sys.stderr)
@@ -243,11 +244,13 @@ async def serve(settings: Settings) -> int:
     except DataDirLockedError:
         raise  # nothing was opened, so there is nothing to stop (and nothing to log)
     except Exception:
-        # A failed start ends with its one error line: undoing the parts that
-        # did start is routine, so only warnings and errors of it are shown.
+        # A failed start ends with its one error line, naming the cause: undoing
+        # the parts that did start is routine, and how it went (an exporter slow
+        # to close on a loaded machine) would only bury that line.
         root = logging.getLogger()
-        root.setLevel(max(root.level, logging.WARNING))
+        root.setLevel(max(root.level, logging.CRITICAL))
         await server.stop()
+        server.discard_created_data_dir()
         raise
     tune_garbage_collector()
     await stop.wait()

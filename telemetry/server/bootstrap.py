@@ -11,10 +11,13 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import shutil
 import ssl
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -51,14 +54,13 @@ from telemetry.metastore.opening import open_store, store_location
 from telemetry.security.password_checks import PasswordChecks
 from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
-from telemetry.server.data_dir_lock import DataDirLock
-from telemetry.server.exporter_host import ExporterHost
+from telemetry.server.data_dir_lock import LOCK_FILE, DataDirLock
+from telemetry.server.exporter_host import CONSUMER_PREFIX, ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
 from telemetry.server.self_metrics import ServerCollector, make_registry
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
-    from pathlib import Path
 
     from exporters.api import Exporter
     from telemetry.core.subscriptions import Subscription
@@ -75,6 +77,32 @@ ROLLUPS_DIR = "rollups"
 
 class StartupError(Exception):
     """kip714 could not start: one line naming the part (and its address or path) and why."""
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost level of ``path`` that does not exist yet (what ``mkdir -p`` would create)."""
+    missing = None
+    current = path.absolute()
+    while not current.exists() and not current.is_symlink() and current != current.parent:
+        missing = current
+        current = current.parent
+    return missing
+
+
+def _unusable_data_dir(data_dir: Path, error: OSError) -> str:
+    where = os.path.abspath(data_dir)
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        fix = "it (or a parent) is a file, not a directory: give another --data-dir"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = (
+            "this user cannot write there: give another --data-dir or make it writable "
+            f"(the server creates {LOCK_FILE}, log/, meta/ and lake/ in it)"
+        )
+    else:
+        fix = "give another --data-dir"
+    path = f" ({error.filename})" if error.filename and str(error.filename) != where else ""
+    return f"data directory {where}: {reason}{path}; {fix}"
 
 
 def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
@@ -101,6 +129,46 @@ def _describe(settings: ExporterSettings) -> str:
     path = settings.options.get("path")
     where = f" {os.path.abspath(path)}" if isinstance(path, str) else ""
     return f"{settings.name}({settings.type}{where})"
+
+
+#: The metric prefixes of Kafka's producer and consumer clients (KIP-714's names).
+CLIENT_KIND_PREFIXES = {
+    "producer": "org.apache.kafka.producer.",
+    "consumer": "org.apache.kafka.consumer.",
+}
+
+
+def describe_subscriptions(subscriptions: Iterable[Subscription]) -> str:
+    """``name[prefix|prefix]@interval``: what every subscription in force asks for."""
+    described = [
+        f"{s.name}[{'|'.join(s.metrics) or 'no metrics'}]@{s.interval_ms}ms"
+        for s in sorted(subscriptions, key=lambda s: s.name)
+    ]
+    return ",".join(described) or "none(clients push nothing)"
+
+
+def _asks_for(subscription: Subscription, prefix: str) -> bool:
+    return subscription.all_metrics or any(
+        prefix.startswith(m) or m.startswith(prefix) for m in subscription.metrics
+    )
+
+
+def warn_about_unmatched_kinds(settings: Settings) -> None:
+    """A file whose subscriptions ask no producer (or consumer) metric collects none of them."""
+    if settings.config_path is None:
+        return  # the embedded default asks for every org.apache.kafka. metric
+    for kind, prefix in CLIENT_KIND_PREFIXES.items():
+        if not any(_asks_for(s, prefix) for s in settings.subscriptions):
+            _log.warning(
+                "no subscription in %s matches the %s metrics (%s...): %s clients push none of "
+                "them (a client that no subscription matches pushes nothing); add a "
+                '[subscriptions.NAME] with metrics = ["%s"] to collect them',
+                settings.config_path,
+                kind,
+                prefix,
+                kind,
+                prefix,
+            )
 
 
 def subscription_registry(subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
@@ -203,6 +271,9 @@ class Server:
         #: ``[rollups] retention_hours`` on the lake's Iceberg rollup tables.
         self.lake_rollup_retention: PeriodicRetention | None = None
         self.stopping = False
+        #: The outermost directory this start created for the data directory
+        #: (``None`` when it existed): a failed start removes it, and only it.
+        self.created_data_dir: Path | None = None
         #: Failures of the log or an exporter seen while running (sticky): exit status 1.
         self.failures: dict[str, str] = {}
 
@@ -216,7 +287,11 @@ class Server:
         settings = self.settings
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
-        self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
+        self.created_data_dir = _first_missing(settings.data_dir)
+        try:
+            self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
+        except OSError as error:
+            raise StartupError(_unusable_data_dir(settings.data_dir, error)) from error
         await self._open_admin_plane()
         try:
             self.log = await IngestLog.open(settings.log_dir, settings.log)
@@ -283,16 +358,18 @@ class Server:
         self._serving = True
         _log.info(
             "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
-            "exporters=%s security=%s",
+            "exporters=%s subscriptions=%s security=%s",
             *kafka_address,
             *self.listener.advertised_address,
             *self.http_address,
             os.path.abspath(settings.data_dir),
             os.path.abspath(settings.log_dir),
             ",".join(_describe(h.settings) for h in self.hosts) or "none",
+            describe_subscriptions(self.manager.subscriptions),
             describe_security(security),
         )
         warn_about_exposure(settings)
+        warn_about_unmatched_kinds(settings)
 
     async def _start_http(self) -> None:
         """The HTTP listener: health, metrics, the ingestion, forward and admin routes."""
@@ -336,7 +413,13 @@ class Server:
             memory=ingest.memory,
         )
         registry.register(ForwardCollector(forward.stats))
-        app = create_app(registry, self.health, self.readiness, forward)
+        app = create_app(
+            registry,
+            self.health,
+            self.readiness,
+            forward,
+            exporters=lambda: {host.name: host.settings.type for host in self.hosts},
+        )
         store = self.admin.store
         assert self.password_checks is not None  # made with the Kafka listener's security
         authenticator = HttpAuthenticator(
@@ -379,6 +462,16 @@ class Server:
             raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
+
+    def discard_created_data_dir(self) -> None:
+        """After a failed start and ``stop``: remove the data directory this start created.
+
+        A directory that existed before the start is never touched, whatever
+        the start wrote into it.
+        """
+        created, self.created_data_dir = self.created_data_dir, None
+        if created is not None and created.is_dir():
+            shutil.rmtree(created, ignore_errors=True)
 
     @property
     def metastore(self) -> MetadataBackend | None:
@@ -568,8 +661,16 @@ class Server:
         assert self.log is not None
         configured = {host.consumer for host in self.hosts}
         for consumer in self.log.consumers():
-            if consumer.startswith("exporter:") and consumer not in configured:
-                _log.info("forgetting the position of removed exporter %s", consumer)
+            if consumer.startswith(CONSUMER_PREFIX) and consumer not in configured:
+                name = consumer.removeprefix(CONSUMER_PREFIX)
+                _log.warning(
+                    "exporter %s is no longer configured (it is not in [exporters] or has "
+                    "enabled = false): forgetting its log position, so it no longer holds back "
+                    "retention and gets nothing until it is configured again; then it starts "
+                    "from the log's start at that time (the iceberg landing resumes from its "
+                    "table's last committed offset instead)",
+                    name,
+                )
                 await self.log.unregister(consumer)
 
     async def _sweep_expired(self) -> None:

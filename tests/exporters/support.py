@@ -27,9 +27,9 @@ PRODUCERS_INTO_JSONL = f"""
 [subscriptions.all]
 metrics = ["org.apache.kafka.producer."]
 "interval.ms" = {PRODUCERS_INTERVAL_MS}
-[exporters.landing]
+[exporters.lines]
 type = "jsonl"
-[exporters.landing.options]
+[exporters.lines.options]
 path = "{{out}}/"
 """
 

@@ -47,9 +47,9 @@ timeout_s = 5
 """
 )
 RECEIVER = """
-[exporters.landing]
+[exporters.lines]
 type = "jsonl"
-[exporters.landing.options]
+[exporters.lines.options]
 path = "{out}/"
 """
 
