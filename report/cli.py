@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the server's TOML configuration: kip714 report takes its data_dir (relative to "
+        "the file's directory) as the default --data-dir (default: none)",
+    )
+    parser.add_argument(
         "--data-dir",
         type=Path,
         default=Path(DEFAULT_DATA_DIR),

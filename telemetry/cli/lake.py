@@ -89,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     compact_cmd.add_argument(
         "--after-hours", type=int, default=1, help="hours an hour must be over"
     )
-    expire.add_argument("--older-than-hours", type=int, required=True, metavar="N")
+    expire.add_argument(
+        "--older-than-hours",
+        type=int,
+        required=True,
+        metavar="N",
+        help="expire snapshots and delete unreferenced files older than N hours (N >= 1)",
+    )
     query.add_argument("sql", help="the SQL statement")
     query.add_argument(
         "--where",

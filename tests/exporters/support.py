@@ -27,6 +27,8 @@ PRODUCERS_INTO_JSONL = f"""
 [subscriptions.all]
 metrics = ["org.apache.kafka.producer."]
 "interval.ms" = {PRODUCERS_INTERVAL_MS}
+[exporters.landing]  # the exporters under test and a JSONL record of what was pushed
+enabled = false
 [exporters.lines]
 type = "jsonl"
 [exporters.lines.options]

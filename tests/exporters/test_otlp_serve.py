@@ -47,6 +47,8 @@ timeout_s = 5
 """
 )
 RECEIVER = """
+[exporters.landing]
+enabled = false
 [exporters.lines]
 type = "jsonl"
 [exporters.lines.options]
