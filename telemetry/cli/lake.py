@@ -34,6 +34,7 @@ from report.lake import table_view
 from telemetry.cli.common import HelpFormatter, add_location, location_of
 from telemetry.errors import ConfigError
 from telemetry.server.config import load_settings
+from telemetry.server.config_paths import resolve_relative_paths
 from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE, lake_options
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def _lake_of(config: str | None, data_dir: str | None) -> tuple[LakeLocation, Pa
 
     document: dict[str, Any] = {}
     if config is not None:
-        document = tomllib.loads(Path(config).read_text())
+        document = resolve_relative_paths(tomllib.loads(Path(config).read_text()), Path(config))
     options = lake_options(document)
     return lake_location(options, settings.data_dir), settings.data_dir, options.get("node_id")
 

@@ -15,6 +15,8 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from telemetry.server.config_paths import resolve_relative_paths
+
 __all__ = ["RollupConfigError", "report_argv", "rollup_argv"]
 
 #: The server's default ``--data-dir`` (``telemetry.server.config``, heavy to import here).
@@ -58,10 +60,12 @@ def _split_config(argv: Sequence[str]) -> tuple[list[str], str | None]:
 
 
 def _document(config: str) -> dict[str, object]:
+    """The file, its relative paths made relative to its directory (as the server reads it)."""
     try:
-        return tomllib.loads(Path(config).read_text(encoding="utf-8"))
+        document = tomllib.loads(Path(config).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise RollupConfigError(f"--config {config}: {error}") from None
+    return resolve_relative_paths(document, Path(config))
 
 
 def _data_dir(document: dict[str, object], config: str | None) -> str:
@@ -71,7 +75,7 @@ def _data_dir(document: dict[str, object], config: str | None) -> str:
         return DEFAULT_DATA_DIR
     if not isinstance(raw, str) or not raw:
         raise RollupConfigError(f"data_dir: expected a non-empty string, not {raw!r}")
-    return str(Path(config).parent / raw) if not Path(raw).is_absolute() else raw
+    return raw  # made absolute against the file's directory by _document
 
 
 def report_argv(argv: Sequence[str]) -> list[str]:

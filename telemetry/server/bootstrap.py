@@ -105,6 +105,26 @@ def _unusable_data_dir(data_dir: Path, error: OSError) -> str:
     return f"data directory {where}: {reason}{path}; {fix}"
 
 
+def refuse_a_moved_data_dir(settings: Settings) -> None:
+    """A relative ``data_dir`` used to mean the working directory; it now means the file's.
+
+    If that moves the data directory away from an ingest log to a place
+    holding none, starting would begin an empty log and lake beside the old
+    ones (acknowledged pushes not yet exported would never be): refuse.
+    """
+    former = settings.former_data_dir
+    if former is None or os.path.abspath(former) == os.path.abspath(settings.data_dir):
+        return
+    if (former / "log").is_dir() and not (settings.data_dir / "log").is_dir():
+        raise StartupError(
+            f"data_dir {str(former)!r} in {settings.config_path} now means "
+            f"{os.path.abspath(settings.data_dir)} (relative to the config file's directory), "
+            f"but the ingest log is in {os.path.abspath(former)} (relative to the working "
+            f'directory): set data_dir = "{os.path.abspath(former)}" in the file, or move that '
+            "directory there"
+        )
+
+
 def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
     reason = os.strerror(error.errno) if error.errno and error.errno > 0 else str(error)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -287,6 +307,7 @@ class Server:
         settings = self.settings
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
+        refuse_a_moved_data_dir(settings)
         self.created_data_dir = _first_missing(settings.data_dir)
         try:
             self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)

@@ -46,6 +46,7 @@ from telemetry.kafka.settings import (
 )
 from telemetry.metastore.settings import MetaSettings, parse_meta
 from telemetry.security.settings import SecuritySettings, parse_security
+from telemetry.server.config_paths import resolve_relative_paths
 from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE, lake_options
 
 if TYPE_CHECKING:
@@ -111,6 +112,10 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     #: ``[meta]``: the metadata store, local (``<data_dir>/meta``) or a Kafka topic.
     meta: MetaSettings = field(default_factory=MetaSettings)
+    #: Where the file's relative ``data_dir`` pointed before config paths were
+    #: relative to the file (the working directory); ``None`` when that rule
+    #: cannot differ (no file, an absolute path, or ``--data-dir`` given).
+    former_data_dir: Path | None = None
 
     @property
     def super_users(self) -> tuple[str, ...]:
@@ -158,9 +163,14 @@ def load_settings(
             raise ConfigError("--config", str(path), "no such file") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError("--config", str(path), f"not valid TOML: {error}") from None
+    raw_data_dir = document.get("data_dir")
+    if path is not None:
+        document = resolve_relative_paths(document, Path(path))
     settings = settings_from_mapping(document)
     if path is not None:
         settings = replace(settings, config_path=Path(path))
+        if isinstance(raw_data_dir, str) and not Path(raw_data_dir).is_absolute():
+            settings = replace(settings, former_data_dir=Path(raw_data_dir))
     if data_dir is not None:
         settings = _with_data_dir(settings, Path(data_dir), document)
     if kafka_listen is not None:
@@ -264,7 +274,12 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
 
 def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, Any]) -> Settings:
     """``--data-dir`` moves the log and every exporter the file gave no explicit path."""
-    return replace(settings, data_dir=data_dir, exporters=_exporters_in(document, data_dir))
+    return replace(
+        settings,
+        data_dir=data_dir,
+        exporters=_exporters_in(document, data_dir),
+        former_data_dir=None,
+    )
 
 
 def _exporters_in(document: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
