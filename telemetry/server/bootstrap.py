@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from exporters import registry as exporter_registry
+from exporters.iceberg.lake import lake_location
 from exporters.retention import PeriodicRetention
 from telemetry.admin.authorizer import Authorizer, is_loopback
 from telemetry.admin.http_routes import add_admin_routes
@@ -57,6 +58,7 @@ from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import LOCK_FILE, DataDirLock
 from telemetry.server.exporter_host import CONSUMER_PREFIX, ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
+from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE
 from telemetry.server.self_metrics import ServerCollector, make_registry
 
 if TYPE_CHECKING:
@@ -123,6 +125,23 @@ def refuse_a_moved_data_dir(settings: Settings) -> None:
             f'directory): set data_dir = "{os.path.abspath(former)}" in the file, or move that '
             "directory there"
         )
+
+
+def _start_hint(settings: ExporterSettings) -> str:
+    """For the landing: which catalog and warehouse it could not open, and what to check."""
+    if settings.type != LAKE_EXPORTER_TYPE:
+        return ""
+    options = settings.options
+    path = options.get("path")
+    try:
+        location = lake_location(options, Path(path) if isinstance(path, str) else None)
+    except ValueError:
+        return ""
+    catalog = location.catalog.get("uri", location.catalog.get("type", "?"))
+    return (
+        f" (catalog {catalog}, warehouse {location.warehouse}): check [lake] catalog and "
+        "warehouse, that the catalog is reachable and that this user can write there"
+    )
 
 
 def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
@@ -325,7 +344,10 @@ class Server:
                 await host.start()
             except Exception as error:  # a plugin's own failure, reported as one line
                 _log.debug("exporter %s failed to start", host.name, exc_info=True)
-                raise StartupError(f"exporters.{host.name} could not start: {error}") from error
+                hint = _start_hint(exporter_settings)
+                raise StartupError(
+                    f"exporters.{host.name} could not start: {error}{hint}"
+                ) from error
         await self._unregister_removed_exporters()
         if settings.rollups_retention_hours is not None:
             self.rollup_retention = rollup_retention(

@@ -71,7 +71,12 @@ def test_a_catalog_that_cannot_be_opened(tmp_path: Path) -> None:
     blocker.write_text("a file where the catalog's directory should be")
     config = tmp_path / "k.toml"
     config.write_text(f'[lake]\ncatalog = {{ type = "sql", uri = "sqlite:///{blocker}/c.db" }}\n')
-    one_line(*serve(tmp_path / "new" / "data", "--config", str(config)), "exporters.landing")
+    one_line(
+        *serve(tmp_path / "new" / "data", "--config", str(config)),
+        "exporters.landing",
+        str(blocker),
+        "check [lake] catalog",
+    )
     assert not (tmp_path / "new").exists()  # this start created it: removed
 
 
