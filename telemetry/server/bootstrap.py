@@ -11,11 +11,9 @@ without its position being committed.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import shutil
-import ssl
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,9 +21,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from exporters import registry as exporter_registry
-from exporters.iceberg.lake import lake_location
 from exporters.retention import PeriodicRetention
-from telemetry.admin.authorizer import Authorizer, is_loopback
+from telemetry.admin.authorizer import Authorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
@@ -53,13 +50,25 @@ from telemetry.kafka.listener import KafkaListener
 from telemetry.metastore import MetadataStoreError
 from telemetry.metastore.opening import open_store, store_location
 from telemetry.security.password_checks import PasswordChecks
-from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
-from telemetry.server.data_dir_lock import LOCK_FILE, DataDirLock
+from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import CONSUMER_PREFIX, ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
-from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE
 from telemetry.server.self_metrics import ServerCollector, make_registry
+from telemetry.server.startup import (
+    StartupError,
+    cannot_listen,
+    describe_exporter,
+    describe_security,
+    describe_subscriptions,
+    first_missing,
+    refuse_a_moved_data_dir,
+    start_hint,
+    tls_context,
+    unusable_data_dir,
+    warn_about_exposure,
+    warn_about_unmatched_kinds,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -67,7 +76,6 @@ if TYPE_CHECKING:
     from exporters.api import Exporter
     from telemetry.core.subscriptions import Subscription
     from telemetry.metastore.backend import MetadataBackend
-    from telemetry.security.settings import SecuritySettings, TlsSettings
 
 _log = logging.getLogger(__name__)
 
@@ -75,81 +83,6 @@ _log = logging.getLogger(__name__)
 EXPIRY_SWEEP_S = 1.0
 #: The Spark rollups' output, ``<data_dir>/rollups/<name>/date=…/hour=…/`` (docs/rollups.md).
 ROLLUPS_DIR = "rollups"
-
-
-class StartupError(Exception):
-    """kip714 could not start: one line naming the part (and its address or path) and why."""
-
-
-def _first_missing(path: Path) -> Path | None:
-    """The outermost level of ``path`` that does not exist yet (what ``mkdir -p`` would create)."""
-    missing = None
-    current = path.absolute()
-    while not current.exists() and not current.is_symlink() and current != current.parent:
-        missing = current
-        current = current.parent
-    return missing
-
-
-def _unusable_data_dir(data_dir: Path, error: OSError) -> str:
-    where = os.path.abspath(data_dir)
-    reason = os.strerror(error.errno) if error.errno else str(error)
-    if error.errno in (errno.ENOTDIR, errno.EEXIST):
-        fix = "it (or a parent) is a file, not a directory: give another --data-dir"
-    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = (
-            "this user cannot write there: give another --data-dir or make it writable "
-            f"(the server creates {LOCK_FILE}, log/, meta/ and lake/ in it)"
-        )
-    else:
-        fix = "give another --data-dir"
-    path = f" ({error.filename})" if error.filename and str(error.filename) != where else ""
-    return f"data directory {where}: {reason}{path}; {fix}"
-
-
-def refuse_a_moved_data_dir(settings: Settings) -> None:
-    """A relative ``data_dir`` used to mean the working directory; it now means the file's.
-
-    If that moves the data directory away from an ingest log to a place
-    holding none, starting would begin an empty log and lake beside the old
-    ones (acknowledged pushes not yet exported would never be): refuse.
-    """
-    former = settings.former_data_dir
-    if former is None or os.path.abspath(former) == os.path.abspath(settings.data_dir):
-        return
-    if (former / "log").is_dir() and not (settings.data_dir / "log").is_dir():
-        raise StartupError(
-            f"data_dir {str(former)!r} in {settings.config_path} now means "
-            f"{os.path.abspath(settings.data_dir)} (relative to the config file's directory), "
-            f"but the ingest log is in {os.path.abspath(former)} (relative to the working "
-            f'directory): set data_dir = "{os.path.abspath(former)}" in the file, or move that '
-            "directory there"
-        )
-
-
-def _start_hint(settings: ExporterSettings) -> str:
-    """For the landing: which catalog and warehouse it could not open, and what to check."""
-    if settings.type != LAKE_EXPORTER_TYPE:
-        return ""
-    options = settings.options
-    path = options.get("path")
-    try:
-        location = lake_location(options, Path(path) if isinstance(path, str) else None)
-    except ValueError:
-        return ""
-    catalog = location.catalog.get("uri", location.catalog.get("type", "?"))
-    return (
-        f" (catalog {catalog}, warehouse {location.warehouse}): check [lake] catalog and "
-        "warehouse, that the catalog is reachable and that this user can write there"
-    )
-
-
-def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
-    reason = os.strerror(error.errno) if error.errno and error.errno > 0 else str(error)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return StartupError(
-        f"the {listener} listener ({listener}.listen) cannot listen on {address}: {reason}"
-    )
 
 
 def create_exporter(settings: ExporterSettings) -> Exporter:
@@ -161,53 +94,6 @@ def create_exporter(settings: ExporterSettings) -> Exporter:
         raise ConfigError(f"{key}.type", settings.type, str(error)) from None
     except exporter_registry.RegistryError as error:
         raise ConfigError(f"{key}.options", dict(settings.options), str(error)) from None
-
-
-def _describe(settings: ExporterSettings) -> str:
-    """``name(type path)``: the startup line names every path the server writes to."""
-    path = settings.options.get("path")
-    where = f" {os.path.abspath(path)}" if isinstance(path, str) else ""
-    return f"{settings.name}({settings.type}{where})"
-
-
-#: The metric prefixes of Kafka's producer and consumer clients (KIP-714's names).
-CLIENT_KIND_PREFIXES = {
-    "producer": "org.apache.kafka.producer.",
-    "consumer": "org.apache.kafka.consumer.",
-}
-
-
-def describe_subscriptions(subscriptions: Iterable[Subscription]) -> str:
-    """``name[prefix|prefix]@interval``: what every subscription in force asks for."""
-    described = [
-        f"{s.name}[{'|'.join(s.metrics) or 'no metrics'}]@{s.interval_ms}ms"
-        for s in sorted(subscriptions, key=lambda s: s.name)
-    ]
-    return ",".join(described) or "none(clients push nothing)"
-
-
-def _asks_for(subscription: Subscription, prefix: str) -> bool:
-    return subscription.all_metrics or any(
-        prefix.startswith(m) or m.startswith(prefix) for m in subscription.metrics
-    )
-
-
-def warn_about_unmatched_kinds(settings: Settings) -> None:
-    """A file whose subscriptions ask no producer (or consumer) metric collects none of them."""
-    if settings.config_path is None:
-        return  # the embedded default asks for every org.apache.kafka. metric
-    for kind, prefix in CLIENT_KIND_PREFIXES.items():
-        if not any(_asks_for(s, prefix) for s in settings.subscriptions):
-            _log.warning(
-                "no subscription in %s matches the %s metrics (%s...): %s clients push none of "
-                "them (a client that no subscription matches pushes nothing); add a "
-                '[subscriptions.NAME] with metrics = ["%s"] to collect them',
-                settings.config_path,
-                kind,
-                prefix,
-                kind,
-                prefix,
-            )
 
 
 def subscription_registry(subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
@@ -230,51 +116,6 @@ def rollup_retention(rollups: Path, retention_hours: int) -> PeriodicRetention:
         )
 
     return PeriodicRetention("rollups", tables, retention_hours)
-
-
-def tls_context(listener: str, settings: TlsSettings | None) -> ssl.SSLContext | None:
-    """The listener's TLS context; a certificate or key that does not load stops the start."""
-    if settings is None:
-        return None
-    try:
-        return server_context(settings)
-    except (ssl.SSLError, OSError) as error:
-        raise StartupError(
-            f"{listener}.tls: cannot load {settings.certfile} / {settings.keyfile}"
-            f"{f' / {settings.cafile}' if settings.cafile else ''}: {error}"
-        ) from error
-
-
-def describe_security(settings: SecuritySettings) -> str:
-    """The startup line's ``security=`` part: what protects the listeners."""
-    if not settings.enabled:
-        return "none(every principal may read and alter)"
-    parts = []
-    if settings.sasl_enabled:
-        parts.append("sasl=" + "+".join(settings.sasl_mechanisms))
-    if settings.kafka_tls is not None:
-        parts.append("kafka_tls" + ("+client_certs" if settings.kafka_tls.cafile else ""))
-    if settings.http_tls is not None:
-        parts.append("http_tls" + ("+client_certs" if settings.http_tls.cafile else ""))
-    parts.append(f"anonymous={'allowed' if settings.allow_anonymous else 'refused'}")
-    return ",".join(parts)
-
-
-def warn_about_exposure(settings: Settings) -> None:
-    """Say at start what an unauthenticated peer can reach (docs/security.md)."""
-    security = settings.security
-    if not security.enabled:
-        exposed = [
-            f"{name}={host}"
-            for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
-            if not is_loopback(host)
-        ]
-        if exposed:
-            _log.warning(
-                "listening beyond loopback (%s) without [security]: any peer that can "
-                "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
-                ", ".join(exposed),
-            )
 
 
 class Server:
@@ -327,11 +168,11 @@ class Server:
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
         refuse_a_moved_data_dir(settings)
-        self.created_data_dir = _first_missing(settings.data_dir)
+        self.created_data_dir = first_missing(settings.data_dir)
         try:
             self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
         except OSError as error:
-            raise StartupError(_unusable_data_dir(settings.data_dir, error)) from error
+            raise StartupError(unusable_data_dir(settings.data_dir, error)) from error
         await self._open_admin_plane()
         try:
             self.log = await IngestLog.open(settings.log_dir, settings.log)
@@ -344,7 +185,7 @@ class Server:
                 await host.start()
             except Exception as error:  # a plugin's own failure, reported as one line
                 _log.debug("exporter %s failed to start", host.name, exc_info=True)
-                hint = _start_hint(exporter_settings)
+                hint = start_hint(exporter_settings)
                 raise StartupError(
                     f"exporters.{host.name} could not start: {error}{hint}"
                 ) from error
@@ -391,9 +232,7 @@ class Server:
             # Bound now, served once the metadata store (SCRAM credentials) is open.
             kafka_address = await self.listener.start(serve=False)
         except OSError as error:
-            raise _cannot_listen(
-                "kafka", settings.kafka.host, settings.kafka.port, error
-            ) from error
+            raise cannot_listen("kafka", settings.kafka.host, settings.kafka.port, error) from error
         await self._start_http()
         assert self.http_address is not None
         await self.listener.serve()
@@ -407,7 +246,7 @@ class Server:
             *self.http_address,
             os.path.abspath(settings.data_dir),
             os.path.abspath(settings.log_dir),
-            ",".join(_describe(h.settings) for h in self.hosts) or "none",
+            ",".join(describe_exporter(h.settings) for h in self.hosts) or "none",
             describe_subscriptions(self.manager.subscriptions),
             describe_security(security),
         )
@@ -502,7 +341,7 @@ class Server:
         try:
             await site.start()
         except OSError as error:
-            raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
+            raise cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
 
