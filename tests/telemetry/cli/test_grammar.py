@@ -147,3 +147,46 @@ def test_log_and_report_default_to_the_server_s_data_dir(
         assert f"no data directory {tmp_path}/conf/here" in capsys.readouterr().err
     finally:
         os.chdir(here)
+
+
+async def test_subscriptions_finds_the_server_and_its_token_through_config(
+    tmp_path: Path,
+) -> None:
+    import asyncio  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from tests.telemetry.server_support import running  # noqa: PLC0415
+
+    token = "grammar-token"
+    async with running(tmp_path, f'[admin]\ntoken = "{token}"\n') as server:
+        assert server.http_address is not None
+        host, port = server.http_address
+        config = tmp_path / "client.toml"
+        config.write_text(f'[http]\nlisten = "{host}:{port}"\n[admin]\ntoken = "{token}"\n')
+        env = {k: v for k, v in os.environ.items() if k != "KIP714_ADMIN_TOKEN"}
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "telemetry", "subscriptions", "--config", str(config),
+             "--describe", "--name", "default", "--all"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "org.apache.kafka." in done.stdout
+        config.write_text(f'[http]\nlisten = "{host}:{port}"\n[admin]\ntoken = "wrong"\n')
+        refused = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "telemetry", "subscriptions", "--config", str(config),
+             "--alter", "--name", "default", "--add-config", "interval.ms=5000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )  # fmt: skip
+        assert refused.returncode != 0, refused.stderr  # the file's token is the one sent
+        assert "HTTP 401" in refused.stderr
