@@ -27,8 +27,8 @@ DATA_DIR_HELP = (
 )
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions as written, and every option's default in its help."""
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default in its help (unless the help already names it)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""

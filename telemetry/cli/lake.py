@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument(
         "--where",
         metavar="FILTER",
-        help="an Iceberg row filter applied to every table, e.g. \"received_time >= '2026-11-25'\"",
+        help="an Iceberg row filter applied to every table that has the columns it names, "
+        "e.g. \"received_time >= '2026-11-25'\"",
     )
     importer.add_argument("--from", dest="source", metavar="DIR", help="default: --data-dir")
     add_location([parser, *verbs])
