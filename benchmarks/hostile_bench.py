@@ -23,6 +23,9 @@ an admin token), measurements each first idle then under attack:
    held (muted), the decoded bytes logged, and the pushes the landing skipped
    whole for ``max_data_points_per_push`` (goal: RTT p99 < 100 ms, no row of
    a bomb landed).
+6. **``kip714 lake query "select 1"`` on a 7 M-row lake** (700,000 with
+   ``--quick``) beside an empty lake: the tables are registered lazily, so
+   the goal is at most 0.5 s and 300 MiB more.
 
     python3 benchmarks/hostile_bench.py          # about a minute
     python3 benchmarks/hostile_bench.py --quick  # fewer attackers and bombs
@@ -359,6 +362,69 @@ async def decoded_bombs(server: Server, bombers: int) -> tuple[float, float, dic
     return idle[int(len(idle) * 0.99)], attacked[int(len(attacked) * 0.99)], figures
 
 
+def _lake_with_rows(data_dir: Path, rows: int) -> None:
+    """``<data_dir>/lake`` as the server makes it, ``kip714.metrics`` holding ``rows`` rows."""
+    import pyarrow as pa  # noqa: PLC0415
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
+
+    lake = data_dir / "lake"
+    (lake / "warehouse").mkdir(parents=True)
+    catalog = SqlCatalog(
+        "kip714", uri=f"sqlite:///{lake / 'catalog.db'}", warehouse=(lake / "warehouse").as_uri()
+    )
+    catalog.create_namespace("kip714")
+    schema = pa.schema(
+        [("time", pa.timestamp("us", tz="UTC")), ("client_id", pa.string()),
+         ("metric_name", pa.string()), ("value", pa.float64())]
+    )  # fmt: skip
+    table = catalog.create_table(("kip714", "metrics"), schema=schema)
+    chunk = 1_000_000
+    for first in range(0, rows, chunk):
+        count = min(chunk, rows - first)
+        table.append(
+            pa.table(
+                {
+                    "time": pa.array([1_795_000_000_000_000 + i for i in range(count)],
+                                     pa.timestamp("us", tz="UTC")),
+                    "client_id": pa.array([f"client-{i % 100}" for i in range(count)]),
+                    "metric_name": pa.array([f"org.apache.kafka.m{i % 50}" for i in range(count)]),
+                    "value": pa.array([float(i) for i in range(count)]),
+                },
+                schema=schema,
+            )
+        )  # fmt: skip
+
+
+def _select_one(data_dir: Path) -> tuple[float, float]:
+    """Seconds and peak MiB of a ``kip714 lake query "select 1"`` process."""
+    program = (
+        "import resource, sys, time\n"
+        "from telemetry.cli.lake import main\n"
+        "start = time.monotonic()\n"
+        f"code = main(['--data-dir', {str(data_dir)!r}, 'query', 'select 1'])\n"
+        "print(time.monotonic() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    seconds, kib = done.stdout.split()[-2:]
+    return float(seconds), int(kib) / 1024
+
+
+def select_one_on_a_big_lake(workdir: Path, rows: int) -> tuple[tuple[float, float], ...]:
+    """``select 1`` on an empty lake, then on one of ``rows`` rows: the tables are read lazily."""
+    empty, big = workdir / "empty-lake", workdir / "big-lake"
+    _lake_with_rows(empty, 0)
+    _lake_with_rows(big, rows)
+    return _select_one(empty), _select_one(big)
+
+
 async def run(quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="kip714-hostile-") as workdir:
         server = Server(Path(workdir))
@@ -398,6 +464,13 @@ async def run(quick: bool) -> None:
             )
         finally:
             server.stop()
+        rows = 700_000 if quick else 7_000_000
+        (idle_s, idle_mib), (big_s, big_mib) = select_one_on_a_big_lake(Path(workdir), rows)
+        print(
+            f"lake query select 1: empty lake {idle_s:6.2f} s {idle_mib:6.0f} MiB   "
+            f"{rows:,}-row lake {big_s:6.2f} s {big_mib:6.0f} MiB   "
+            f"(goal: at most 0.5 s and 300 MiB more)"
+        )
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
 
 

@@ -1,4 +1,11 @@
-"""``kip714 report --data-dir DIR [--from TIME] [--to TIME] --out FILE``."""
+"""``kip714 report [--data-dir DIR] [--from TIME] [--to TIME] --out FILE``.
+
+Exit status 2 with one line when there is nothing to report from (no data
+directory, no rollup table: ``kip714 rollup`` has not run) or ``--out``'s
+directory does not exist (it is never created: a mistyped path must not
+leave directories behind). Tables present but no rows in the range: the
+report is written, stderr says so, exit 0.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +15,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from report.html import render
-from report.lake import read_rollup
+from report.lake import read_rollup, rollup_tables
 from report.model import GAUGE_METRICS, build
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["build_parser", "main", "write_report"]
+__all__ = ["DEFAULT_DATA_DIR", "build_parser", "describe_period", "main", "write_report"]
+
+#: The server's default ``--data-dir`` (``telemetry.server.config``, not importable from here).
+DEFAULT_DATA_DIR = "./kip714-data"
 
 #: The gauge rollups charts are drawn from, finest first.
 _GAUGE_TABLES = ("gauges_1m", "gauges_1h")
@@ -30,10 +43,33 @@ def build_parser() -> argparse.ArgumentParser:
             "p99 first) from the rollup tables of a data directory. Run kip714 rollup first."
         ),
     )
-    parser.add_argument("--data-dir", required=True, type=Path, help="the kip714 data directory")
-    parser.add_argument("--from", dest="start", type=_time, help="first hour (ISO-8601, UTC)")
-    parser.add_argument("--to", dest="end", type=_time, help="end of the range, exclusive")
-    parser.add_argument("--out", required=True, type=Path, help="the HTML file to write")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the server's TOML configuration: kip714 report takes its data_dir (relative to "
+        "the file's directory) as the default --data-dir (default: none)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(DEFAULT_DATA_DIR),
+        help="the kip714 data directory (default: --config's data_dir, else ./kip714-data)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=_time,
+        help="first hour (ISO-8601, UTC; default: the data's first hour)",
+    )
+    parser.add_argument(
+        "--to",
+        dest="end",
+        type=_time,
+        help="end of the range, exclusive (default: after the data's last hour)",
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="the HTML file to write (its directory must exist)"
+    )
     return parser
 
 
@@ -42,7 +78,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.data_dir.is_dir():
         print(f"kip714 report: no data directory {args.data_dir}", file=sys.stderr)
         return 2
+    if not args.out.parent.is_dir():
+        print(
+            f"kip714 report: --out {args.out}: no directory {args.out.parent} "
+            "(it is not created; make it or choose another path)",
+            file=sys.stderr,
+        )
+        return 2
+    if not rollup_tables(args.data_dir, ("client_health_1h", *_GAUGE_TABLES)):
+        print(
+            f"kip714 report: no rollup tables in {args.data_dir.absolute()} "
+            "(run kip714 rollup first)",
+            file=sys.stderr,
+        )
+        return 2
     clients = write_report(args.data_dir, args.out, args.start, args.end)
+    if not clients:
+        print(
+            "kip714 report: the rollup tables hold no rows in this range; the report says so",
+            file=sys.stderr,
+        )
     print(f"kip714 report: {clients} client instance(s) -> {args.out.resolve()}")
     return 0
 
@@ -50,7 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def write_report(
     data_dir: Path, out: Path, start: dt.datetime | None = None, end: dt.datetime | None = None
 ) -> int:
-    """Render the report for ``data_dir`` into ``out``; returns how many clients it shows."""
+    """Render the report for ``data_dir`` into ``out``; returns how many clients it shows.
+
+    Without ``start``/``end``, the period shown is the data's first and last hour.
+    """
     health = read_rollup(data_dir, "client_health_1h", start, end)
     sources = ["client_health_1h"] if health is not None else []
     gauges = None
@@ -60,11 +118,58 @@ def write_report(
             sources.append(name)
             break
     clients = build(health, gauges)
-    out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(f".{out.name}.tmp")
-    temporary.write_text(render(clients, start, end, ", ".join(sources) or "no tables"))
+    period = describe_period(start, end, _data_hours(health, gauges))
+    temporary.write_text(render(clients, period, ", ".join(sources) or "no tables"))
     temporary.replace(out)
     return len(clients)
+
+
+def _data_hours(*tables: pa.Table | None) -> tuple[dt.datetime, dt.datetime] | None:
+    """The first and the last hour that ``window_start`` falls in, over every table."""
+    moments = [
+        moment
+        for table in tables
+        if table is not None and table.num_rows
+        for moment in (pc.min(table["window_start"]).as_py(), pc.max(table["window_start"]).as_py())
+        if moment is not None
+    ]
+    if not moments:
+        return None
+    hour = dt.timedelta(hours=1)
+    first, last = min(moments), max(moments)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return epoch + (first - epoch) // hour * hour, epoch + (last - epoch) // hour * hour
+
+
+def describe_period(
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    data_hours: tuple[dt.datetime, dt.datetime] | None,
+) -> str:
+    """What the title says the report covers: the range asked for, else the data's hours."""
+    if start is not None and end is not None:
+        return f"{_when(start)} to {_when(end)}"
+    if data_hours is None:
+        asked = (
+            f"from {_when(start)}"
+            if start is not None
+            else f"before {_when(end)}"
+            if end is not None
+            else ""
+        )
+        return f"no rollup rows {asked}".strip()
+    first, last = data_hours
+    if start is None and end is None:
+        return f"{_when(first)} to {_when(last)} (the data's first and last hour)"
+    if start is None:
+        return f"{_when(first)} (the data's first hour) to {_when(end)}"
+    return f"{_when(start)} to {_when(last)} (the data's last hour)"
+
+
+def _when(moment: dt.datetime | None) -> str:
+    assert moment is not None
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _time(text: str) -> dt.datetime:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from html import escape
 from typing import TYPE_CHECKING, Final
 
@@ -56,12 +55,11 @@ _COLUMNS: Final = (
 
 def render(
     clients: list[ClientReport],
-    start: dt.datetime | None,
-    end: dt.datetime | None,
+    period: str,
     sources: str,
 ) -> str:
-    """The whole document; ``sources`` names the tables read, shown under the title."""
-    stamp = f"{_when(start)} to {_when(end)}"
+    """The whole document; ``period`` and ``sources`` (the tables read) show under the title."""
+    stamp = period
     body = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -121,7 +119,3 @@ def _name(client: ClientReport) -> str:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
-
-
-def _when(moment: dt.datetime | None) -> str:
-    return "the beginning" if moment is None else moment.strftime("%Y-%m-%d %H:%M UTC")

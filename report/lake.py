@@ -1,8 +1,12 @@
-"""The one place the report reads rollup tables: ``read_rollup``.
+"""The one place the report reads rollup tables: ``read_rollup``; and ``table_view``.
 
 The rollups are Iceberg tables ``kip714.<name>`` in the SQL catalog
 ``kip714`` at ``<data_dir>/lake/catalog.db`` (warehouse
-``<data_dir>/lake/warehouse``), read with a pyiceberg scan. A data
+``<data_dir>/lake/warehouse``). They are read through ``table_view``: a
+``pyarrow.dataset`` over the data files the Iceberg scan plans, so the
+range and the columns are pushed down into the Parquet reads instead of
+loading the whole table first (``kip714 lake query`` reads every table so).
+A data
 directory from before the lake keeps them as Parquet under
 ``<data_dir>/rollups/<name>/date=…/hour=…/``; those are read when the
 catalog has no such table, so older data directories still get a report.
@@ -21,7 +25,11 @@ import pyarrow.dataset as ds
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["CATALOG_NAME", "NAMESPACE", "read_rollup"]
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+
+__all__ = ["CATALOG_NAME", "NAMESPACE", "read_rollup", "rollup_tables", "table_view"]
 
 CATALOG_NAME: Final = "kip714"
 NAMESPACE: Final = "kip714"
@@ -39,7 +47,7 @@ def read_rollup(
     ``metric_names`` keeps only those metrics (for the per-metric rollups).
     ``window_start`` comes back as ``timestamp[us, UTC]`` whichever store held it.
     """
-    table = _from_iceberg(data_dir, name)
+    table = _from_iceberg(data_dir, name, start, end)
     if table is None:
         table = _from_parquet(data_dir, name)
     if table is None:
@@ -56,24 +64,102 @@ def read_rollup(
     return table.filter(keep)
 
 
-def _from_iceberg(data_dir: Path, name: str) -> pa.Table | None:
+def _catalog(data_dir: Path) -> SqlCatalog | None:
     database = data_dir / "lake" / "catalog.db"
     if not database.is_file():
         return None
     from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 -- only when a lake exists
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError  # noqa: PLC0415
 
-    catalog = SqlCatalog(
+    return SqlCatalog(
         CATALOG_NAME,
         uri=f"sqlite:///{database.resolve()}",
         warehouse=(data_dir / "lake" / "warehouse").resolve().as_uri(),
     )
+
+
+def rollup_tables(data_dir: Path, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` exist, in the lake or as Parquet rollups of an older data directory."""
+    found = []
+    catalog = _catalog(data_dir)
+    for name in names:
+        in_lake = catalog is not None and catalog.table_exists((NAMESPACE, name))
+        if in_lake or (data_dir / "rollups" / name).is_dir():
+            found.append(name)
+    return found
+
+
+def _from_iceberg(
+    data_dir: Path, name: str, start: dt.datetime | None, end: dt.datetime | None
+) -> pa.Table | None:
+    catalog = _catalog(data_dir)
+    if catalog is None:
+        return None
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError  # noqa: PLC0415
+
     try:
         table = catalog.load_table((NAMESPACE, name))
     except (NoSuchTableError, NoSuchNamespaceError):
         return None
-    arrow: pa.Table = table.scan().to_arrow()
-    return arrow
+    bounds = []
+    if start is not None:
+        bounds.append(f"window_start >= '{_iso(start)}'")
+    if end is not None:
+        bounds.append(f"window_start < '{_iso(end)}'")
+    window = " and ".join(bounds) or None
+    view = table_view(table, window)
+    if isinstance(view, pa.RecordBatchReader):
+        return view.read_all()
+    return view.to_table()
+
+
+def _iso(moment: dt.datetime) -> str:
+    """An Iceberg timestamp literal in UTC (the rollups' ``window_start`` is UTC)."""
+    utc = moment.astimezone(dt.UTC) if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    return utc.isoformat()
+
+
+def table_view(
+    table: Table, row_filter: BooleanExpression | str | None = None
+) -> ds.Dataset | pa.RecordBatchReader:
+    """The rows of ``table`` (matching ``row_filter``) without reading any of them yet.
+
+    A ``pyarrow.dataset`` over the data files the Iceberg scan plans, with
+    the filter applied to rows too, so a reader (DuckDB, ``to_table``)
+    opens only the files, columns and row groups it needs: ``select 1``
+    opens none. A task with delete files cannot be read file by file; then
+    the scan's own batch reader (still streamed, read only when pulled).
+    """
+    from pyiceberg.expressions import AlwaysTrue  # noqa: PLC0415
+    from pyiceberg.io.pyarrow import (  # noqa: PLC0415
+        PyArrowFileIO,
+        expression_to_pyarrow,
+        schema_to_pyarrow,
+    )
+
+    expression = AlwaysTrue() if row_filter is None else row_filter
+    scan = table.scan(row_filter=expression)
+    tasks = list(scan.plan_files())
+    if any(task.delete_files for task in tasks):
+        return scan.to_arrow_batch_reader()
+    schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    if not tasks:
+        return ds.dataset(schema.empty_table())
+    io = table.io
+    by_filesystem: dict[tuple[str, str], list[str]] = {}
+    for task in tasks:
+        scheme, netloc, path = PyArrowFileIO.parse_location(task.file.file_path)
+        by_filesystem.setdefault((scheme, netloc), []).append(path)
+    parts = []
+    for (scheme, netloc), paths in by_filesystem.items():
+        filesystem = io.fs_by_scheme(scheme, netloc) if isinstance(io, PyArrowFileIO) else None
+        parts.append(ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem))
+    dataset = parts[0] if len(parts) == 1 else ds.dataset(parts)
+    bound = scan.row_filter
+    if isinstance(bound, AlwaysTrue):
+        return dataset
+    from pyiceberg.expressions.visitors import bind  # noqa: PLC0415
+
+    return dataset.filter(expression_to_pyarrow(bind(table.schema(), bound, case_sensitive=True)))
 
 
 def _from_parquet(data_dir: Path, name: str) -> pa.Table | None:

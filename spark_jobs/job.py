@@ -91,29 +91,57 @@ def _duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="Spark rollups over the lake.",
-        epilog="kip714 rollup also takes --config FILE: the server's config, whose [lake] "
-        "gives --catalog-uri, --warehouse and --namespace.",
+        epilog="kip714 rollup also takes --config FILE: the server's config, whose data_dir "
+        "gives --data-dir and whose [lake] gives --catalog-uri, --warehouse and --namespace.",
     )
     add = parser.add_argument
-    add("--data-dir", help="kip714 data directory: the lake defaults to DIR/lake/")
+    add(
+        "--data-dir",
+        help="kip714 data directory: the lake defaults to DIR/lake/ (default with kip714 "
+        "rollup: --config's data_dir, else ./kip714-data)",
+    )
     add("--catalog-uri", help="the SQLite catalog file (default: DATA_DIR/lake/catalog.db)")
     add("--warehouse", help="warehouse path or URI (default: DATA_DIR/lake/warehouse)")
-    add("--namespace", default=DEFAULT_NAMESPACE, help="namespace of the kip714 tables")
+    add(
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"namespace of the kip714 tables (default: {DEFAULT_NAMESPACE})",
+    )
     add("--from", dest="start", type=_time, help="first time to roll up (ISO-8601, UTC)")
     add("--to", dest="end", type=_time, help="end of the range, exclusive (default: now)")
     add("--windows", type=_windows, default=_windows("1m,1h"), help="e.g. 1m,1h (default)")
     add("--master", help="Spark master URL (default: spark-submit's, else local[*])")
     add("--incremental", action="store_true", help="only hours touched since the last run")
-    add("--lateness", type=_duration, default=DEFAULT_LATENESS, help="reach of the default range")
-    add("--top", type=int, default=10, help="clients per metric and hour in top_clients_1h")
-    add("--top-by", default="p99", choices=("count", "avg", "max", "last", "p50", "p95", "p99"))
+    add(
+        "--lateness",
+        type=_duration,
+        default=DEFAULT_LATENESS,
+        help=f"reach of the default range (default: {DEFAULT_LATENESS})",
+    )
+    add(
+        "--top",
+        type=int,
+        default=10,
+        help="clients per metric and hour in top_clients_1h (default: 10)",
+    )
+    add(
+        "--top-by",
+        default="p99",
+        choices=("count", "avg", "max", "last", "p50", "p95", "p99"),
+        help="what top_clients_1h ranks by (default: p99)",
+    )
     add("--shuffle-partitions", type=int, help="default: sized to the data (1 per ~500k points)")
-    add("--driver-memory", default="1g", help="when this process starts the JVM")
+    add("--driver-memory", default="1g", help="when this process starts the JVM (default: 1g)")
     add("--verbose", action="store_true", help="keep Spark's own log output on stderr")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if (args.catalog_uri is None or args.warehouse is None) and args.data_dir is None:
         parser.error("--data-dir is needed unless --catalog-uri and --warehouse are given")

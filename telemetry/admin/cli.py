@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from quotas import DEFAULT
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 #: kafka-configs.sh's entity types and the quota entity types they name.
 ENTITY_TYPES: Final = {"users": "user", "clients": "client-id", "ips": "ip"}
 TOKEN_ENVIRONMENT: Final = "KIP714_ADMIN_TOKEN"
+
+#: The server's default ``[http] listen`` (``telemetry.server.config``, a layer above).
+DEFAULT_LISTEN: Final = "127.0.0.1:8714"
 
 
 class UsageError(Exception):
@@ -114,14 +119,21 @@ def _parser(kind: str) -> argparse.ArgumentParser:
             else "Describe and change client quotas (users, clients, ips) on a kip714 server."
         ),
     )
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the Kafka listener")
     where.add_argument(
         "--http", metavar="URL", help="the HTTP listener, e.g. http://127.0.0.1:8714"
     )
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the server's TOML configuration: its [http] listen (default 127.0.0.1:8714) "
+        "and [admin] token, when neither --http nor --bootstrap-server is given",
+    )
     parser.add_argument(
         "--token",
-        help=f"the HTTP admin API's bearer token (default: ${TOKEN_ENVIRONMENT})",
+        help=f"the HTTP admin API's bearer token (default: ${TOKEN_ENVIRONMENT}, "
+        "else --config's [admin] token)",
     )
     verbs = parser.add_mutually_exclusive_group(required=True)
     verbs.add_argument("--describe", action="store_true", help="show the configs")
@@ -155,7 +167,35 @@ def _parser(kind: str) -> argparse.ArgumentParser:
 def _client(args: argparse.Namespace) -> AdminClient:
     if args.http:
         return HttpAdminClient(args.http, args.token or os.environ.get(TOKEN_ENVIRONMENT))
-    return KafkaAdminClient(args.bootstrap_server)
+    if args.bootstrap_server:
+        return KafkaAdminClient(args.bootstrap_server)
+    if args.config is None:
+        raise UsageError("give --config FILE, --http URL or --bootstrap-server HOST:PORT")
+    url, token = _http_of(args.config)
+    return HttpAdminClient(url, args.token or os.environ.get(TOKEN_ENVIRONMENT) or token)
+
+
+def _http_of(config: str) -> tuple[str, str | None]:
+    """The running server's HTTP admin URL and token, as its config file states them."""
+    try:
+        document = tomllib.loads(Path(config).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise UsageError(f"--config {config}: {error}") from None
+    http = document.get("http", {})
+    admin = document.get("admin", {})
+    listen = http.get("listen", DEFAULT_LISTEN) if isinstance(http, dict) else DEFAULT_LISTEN
+    token = admin.get("token") if isinstance(admin, dict) else None
+    if not isinstance(listen, str) or ":" not in listen:
+        raise UsageError(f"--config {config}: http.listen {listen!r} is not HOST:PORT")
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    shown = f"[{host}]" if ":" in host else host
+    scheme = "https" if isinstance(http, dict) and "tls" in http else "http"
+    return f"{scheme}://{shown}:{port}", token if isinstance(token, str) else None
 
 
 def _run(kind: str, argv: Sequence[str]) -> int:

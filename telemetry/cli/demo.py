@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from telemetry.cli import demo_lake
+from telemetry.cli.common import HelpFormatter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -62,12 +63,22 @@ _CONNECTION_NOTE = """
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kip714 demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", help="where to keep the data (default: a new temp dir)")
-    parser.add_argument("--seconds", type=float, default=20.0, help="how long clients run")
-    parser.add_argument("--producers", type=int, default=2)
-    parser.add_argument("--consumers", type=int, default=2)
-    parser.add_argument("--interval-ms", type=int, default=1000, help="the push interval")
+    parser = argparse.ArgumentParser(
+        prog="kip714 demo",
+        description="The whole product on this machine, in one bounded command: kip714 serve on "
+        "free loopback ports, real librdkafka producers and consumers pushing to it, the Spark "
+        "rollups over the lake, and the per-client health view. The data directory is kept.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument(
+        "--data-dir", metavar="DIR", help="where to keep the data (default: a new temp dir)"
+    )
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long the clients run")
+    parser.add_argument("--producers", type=int, default=2, help="librdkafka producers to run")
+    parser.add_argument("--consumers", type=int, default=2, help="librdkafka consumers to run")
+    parser.add_argument(
+        "--interval-ms", type=int, default=1000, help="the push interval the subscription asks"
+    )
     return parser
 
 

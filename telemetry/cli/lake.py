@@ -2,10 +2,12 @@
 
 The lake is found the way ``kip714 serve`` finds it: ``--config`` (its
 ``[lake]`` section or an ``iceberg`` exporter's options) and ``--data-dir``
-(default ``./kip714-data``; the lake defaults to ``<data_dir>/lake/``).
-Every command is a client of the catalog: it works beside running servers,
-and what it changes is an ordinary Iceberg commit. Errors are one line and
-exit status 2.
+(default ``./kip714-data``; the lake defaults to ``<data_dir>/lake/``), given
+before or after the verb. A path with no lake is refused unless ``--create``:
+a mistyped ``--data-dir`` must not answer "nothing landed yet" from an empty
+lake it just made. Every command is a client of the catalog: it works beside
+running servers, and what it changes is an ordinary Iceberg commit. Errors
+are one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from exporters.iceberg.importer import import_parquet
 from exporters.iceberg.lake import lake_location, open_catalog, open_table
@@ -28,8 +30,11 @@ from exporters.iceberg.maintenance import (
     remove_orphan_files,
 )
 from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
+from report.lake import table_view
+from telemetry.cli.common import HelpFormatter, add_location, location_of
 from telemetry.errors import ConfigError
 from telemetry.server.config import load_settings
+from telemetry.server.config_paths import resolve_relative_paths
 from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE, lake_options
 
 if TYPE_CHECKING:
@@ -48,46 +53,76 @@ _PROG = "kip714 lake"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
-        description="Look at the Iceberg landing (tables, snapshots, SQL) and maintain it.",
+        description="Look at the Iceberg landing (tables, snapshots, SQL) and maintain it.\n"
+        "A path with no lake is refused (exit 2) unless --create is given.",
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--config", metavar="FILE", help="the server's TOML configuration")
-    parser.add_argument("--data-dir", metavar="DIR", help="the server's --data-dir")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser("tables", help="the lake's tables: rows, files, snapshots, location")
-    snapshots = commands.add_parser("snapshots", help="a table's snapshots, newest first")
-    snapshots.add_argument("--table", default=METRICS_TABLE, choices=[METRICS_TABLE, PUSHES_TABLE])
-    snapshots.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
-    compact_cmd = commands.add_parser(
-        "compact", help="rewrite each closed receive hour with several files as one sorted file"
-    )
+
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, help=help_text, description=help_text, formatter_class=HelpFormatter
+        )
+
+    verbs = [
+        verb("tables", "every table of the lake's namespace: rows, files, snapshots, location"),
+        snapshots := verb("snapshots", "a table's snapshots, newest first"),
+        compact_cmd := verb(
+            "compact",
+            "rewrite each closed receive hour of the landing tables with several files as one "
+            "sorted file",
+        ),
+        expire := verb(
+            "expire",
+            "expire the landing tables' old snapshots, then delete files no snapshot references",
+        ),
+        query := verb(
+            "query",
+            "run SQL with DuckDB; every table of the namespace is a view of its name "
+            "(kip714 lake tables lists them), read only where the SQL needs it",
+        ),
+        importer := verb(
+            "import-parquet", "append a parquet landing's files (DIR/metrics/) to the lake, once"
+        ),
+    ]
+    snapshots.add_argument("--table", default=METRICS_TABLE, help="the table's name")
+    snapshots.add_argument("--limit", type=int, default=20, help="at most this many")
     compact_cmd.add_argument(
-        "--after-hours", type=int, default=1, help="hours an hour must be over (default 1)"
+        "--after-hours", type=int, default=1, help="hours an hour must be over"
     )
-    expire = commands.add_parser(
-        "expire", help="expire old snapshots, then delete files no snapshot references"
-    )
-    expire.add_argument("--older-than-hours", type=int, required=True, metavar="N")
-    query = commands.add_parser(
-        "query", help='run SQL with DuckDB over the tables (views "metrics" and "pushes")'
+    expire.add_argument(
+        "--older-than-hours",
+        type=int,
+        required=True,
+        metavar="N",
+        help="expire snapshots and delete unreferenced files older than N hours (N >= 1)",
     )
     query.add_argument("sql", help="the SQL statement")
     query.add_argument(
         "--where",
         metavar="FILTER",
-        help="an Iceberg row filter applied when scanning, e.g. \"received_time >= '2026-11-25'\"",
-    )
-    importer = commands.add_parser(
-        "import-parquet",
-        help="append a parquet landing's files (DIR/metrics/) to the lake, once",
+        help="an Iceberg row filter applied to every table that has the columns it names, "
+        "e.g. \"received_time >= '2026-11-25'\"",
     )
     importer.add_argument("--from", dest="source", metavar="DIR", help="default: --data-dir")
+    add_location([parser, *verbs])
+    for each in (parser, *verbs):
+        each.add_argument(
+            "--create",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="make an empty lake where there is none (default: refuse, exit 2)",
+        )
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     try:
-        location, data_dir, node_id = _lake_of(args.config, args.data_dir)
+        config, data_dir_text = location_of(args)
+        location, data_dir, node_id = _lake_of(config, data_dir_text)
+        if not getattr(args, "create", False):
+            refuse_missing_lake(location, data_dir)
         catalog = open_catalog(location)
         if args.command == "import-parquet":
             source = Path(args.source) if args.source else data_dir
@@ -100,9 +135,38 @@ def main(argv: Sequence[str]) -> int:
             "query": lambda: query(catalog, location, args.sql, args.where),
         }
         return commands[args.command]()
-    except (ConfigError, NoSuchTableError, OSError, ValueError) as error:
+    except (ConfigError, NoSuchTableError, OSError, ValueError, LakeMissingError) as error:
         print(f"{_PROG} {args.command}: {error}", file=sys.stderr)
         return 2
+
+
+class LakeMissingError(Exception):
+    """No lake where the command looked: most likely a mistyped --data-dir or --config."""
+
+
+def refuse_missing_lake(location: LakeLocation, data_dir: Path) -> None:
+    """A lake exists when its catalog has the namespace; looking never creates one.
+
+    For a catalog on SQLite, the catalog file must exist first: opening it
+    would create it (and an empty lake where the operator mistyped a path).
+    """
+    uri = str(location.catalog.get("uri", ""))
+    if location.catalog.get("type", "sql") == "sql" and uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///"))
+        if not database.is_file():
+            raise LakeMissingError(
+                f"no lake at {database.parent} (no catalog {database}; data directory "
+                f"{data_dir.absolute()}): check --data-dir and --config, or pass --create "
+                "to make an empty lake there"
+            )
+    catalog = open_catalog(location)
+    try:
+        catalog.load_namespace_properties(location.namespace)
+    except NoSuchNamespaceError:
+        raise LakeMissingError(
+            f"no lake in catalog {uri or location.catalog}: it has no namespace "
+            f"{location.namespace!r} (check --config, or pass --create)"
+        ) from None
 
 
 def _lake_of(config: str | None, data_dir: str | None) -> tuple[LakeLocation, Path, str | None]:
@@ -121,7 +185,7 @@ def _lake_of(config: str | None, data_dir: str | None) -> tuple[LakeLocation, Pa
 
     document: dict[str, Any] = {}
     if config is not None:
-        document = tomllib.loads(Path(config).read_text())
+        document = resolve_relative_paths(tomllib.loads(Path(config).read_text()), Path(config))
     options = lake_options(document)
     return lake_location(options, settings.data_dir), settings.data_dir, options.get("node_id")
 
@@ -137,6 +201,7 @@ def _table(catalog: Catalog, location: LakeLocation, name: str) -> Table:
 
 
 def _existing(catalog: Catalog, location: LakeLocation) -> list[Table]:
+    """The landing's tables (``metrics``, ``pushes``): what compact and expire tend."""
     found = []
     for name in (METRICS_TABLE, PUSHES_TABLE):
         try:
@@ -146,8 +211,23 @@ def _existing(catalog: Catalog, location: LakeLocation) -> list[Table]:
     return found
 
 
+def _every_table(catalog: Catalog, location: LakeLocation) -> list[Table]:
+    """Every table of the namespace: the landing's and the rollups'."""
+    try:
+        identifiers = catalog.list_tables(location.namespace)
+    except NoSuchNamespaceError:
+        return []
+    found = []
+    for identifier in sorted(identifiers):
+        try:
+            found.append(catalog.load_table(identifier))
+        except NoSuchTableError:  # dropped meanwhile
+            continue
+    return found
+
+
 def tables(catalog: Catalog, location: LakeLocation) -> int:
-    found = _existing(catalog, location)
+    found = _every_table(catalog, location)
     if not found:
         print(f"no tables in namespace {location.namespace} (nothing landed yet)")
     for table in found:
@@ -205,21 +285,35 @@ def query(catalog: Catalog, location: LakeLocation, sql: str, where: str | None)
     import duckdb  # noqa: PLC0415 -- only this command needs DuckDB
 
     connection = duckdb.connect()
-    for table in _existing(catalog, location):
-        scan = table.scan(row_filter=where) if where else table.scan()
-        connection.register(table.name()[-1], scan.to_arrow())
+    for table in _every_table(catalog, location):
+        # Lazy: DuckDB pulls only the columns and row groups the SQL needs.
+        connection.register(table.name()[-1], table_view(table, _filter_for(table, where)))
     try:
         result: Any = connection.sql(sql)  # None for a statement without rows
+        if result is None:
+            return 0
+        columns = result.columns
+        rows = result.fetchall()  # the tables are read here, as far as the SQL needs
     except duckdb.Error as error:
-        raise ValueError(f"DuckDB: {error}") from error
-    if result is None:
-        return 0
-    columns = result.columns
-    rows = result.fetchall()
+        raise ValueError(f"DuckDB: {' '.join(str(error).split())}") from error
     print("\t".join(columns))
     for row in rows:
         print("\t".join("" if v is None else str(v) for v in row))
     return 0
+
+
+def _filter_for(table: Table, where: str | None) -> str | None:
+    """``--where`` for the tables that have the columns it names (rollups lack the landing's)."""
+    if where is None:
+        return None
+    from pyiceberg.expressions.parser import parse  # noqa: PLC0415
+    from pyiceberg.expressions.visitors import bind  # noqa: PLC0415
+
+    try:
+        bind(table.schema(), parse(where), case_sensitive=True)
+    except ValueError:
+        return None
+    return where
 
 
 def import_command(catalog: Catalog, location: LakeLocation, source: Path, node_id: str) -> int:

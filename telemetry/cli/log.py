@@ -23,8 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
+from telemetry.cli.common import HelpFormatter, add_location, location_of
+from telemetry.errors import ConfigError
 from telemetry.ingest.inspection import inspect_log
 from telemetry.ingest.positions import save_positions
+from telemetry.server.config import load_settings
 from telemetry.server.data_dir_lock import DataDirLock, DataDirLockedError, holder
 from telemetry.server.exporter_host import CONSUMER_PREFIX
 
@@ -49,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=_PROG,
         description="Inspect the ingest log of a data directory, or move an exporter's "
         "committed position (for example past a damaged range).",
+        formatter_class=HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     status = commands.add_parser(
@@ -56,29 +60,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="segments, log start/end, exporter positions and lag, damaged ranges, "
         "undecodable payloads (read-only)",
         description="Scan every segment and report; writes nothing, works beside a running server.",
+        formatter_class=HelpFormatter,
     )
-    status.add_argument("--data-dir", required=True, metavar="DIR", help="the server's --data-dir")
     status.add_argument("--json", action="store_true", help="one JSON object instead of text")
     skip = commands.add_parser(
         "skip",
         help="move an exporter's committed position (refused while a server holds the directory)",
         description="Set exporter NAME's committed position to OFFSET, durably. The records "
         "between the old and the new position are not exported (or, moving back, exported again).",
+        formatter_class=HelpFormatter,
     )
-    skip.add_argument("--data-dir", required=True, metavar="DIR", help="the server's --data-dir")
     skip.add_argument("--exporter", required=True, metavar="NAME", help="[exporters.NAME] name")
     skip.add_argument("--to", required=True, type=int, metavar="OFFSET", help="the new position")
+    add_location([parser, status, skip])
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    data_dir = Path(args.data_dir)
     try:
+        config, data_dir_text = location_of(args)
+        data_dir = load_settings(config, data_dir=data_dir_text).data_dir
         if args.command == "status":
             return status(data_dir, as_json=args.json)
         return skip(data_dir, args.exporter, args.to)
-    except (LogCommandError, DataDirLockedError, OSError, ValueError) as error:
+    except (LogCommandError, DataDirLockedError, ConfigError, OSError, ValueError) as error:
         print(f"{_PROG} {args.command}: {error}", file=sys.stderr)
         return 2
 

@@ -19,7 +19,8 @@ from importlib import import_module
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from telemetry.cli.rollup_args import RollupConfigError, rollup_argv
+from telemetry.cli.common import HelpFormatter
+from telemetry.cli.rollup_args import RollupConfigError, report_argv, rollup_argv
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -32,7 +33,6 @@ _log = logging.getLogger(__name__)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 _DELEGATED = {
-    "report": "report:main",
     "demo": "telemetry.cli.demo:main",
     "log": "telemetry.cli.log:main",
     "lake": "telemetry.cli.lake:main",
@@ -68,8 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the ingestion server",
         description="Run the ingestion server. With no --config it runs on embedded defaults.",
+        formatter_class=HelpFormatter,
     )
-    serve.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    serve.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML configuration file; relative paths in it are relative to its directory "
+        "(default: none, the embedded defaults)",
+    )
     serve.add_argument(
         "--kafka-listen",
         metavar="HOST:PORT",
@@ -84,13 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir",
         metavar="DIR",
         help="the ingest log (DIR/log), the metadata store (DIR/meta), every built-in exporter "
-        "given no path, and the default lake (DIR/lake; default ./kip714-data)",
+        "given no path, and the default lake (DIR/lake); relative to the working directory "
+        "(default: the config's data_dir, else ./kip714-data)",
     )
     serve.add_argument(
         "--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default INFO)"
     )
     serve.add_argument(
-        "--log-format", default="auto", choices=["auto", "json", "console"], help="log rendering"
+        "--log-format",
+        default="auto",
+        choices=["auto", "json", "console"],
+        help="log rendering (default auto: console on a terminal, else JSON)",
     )
     commands.add_parser(
         "demo",
@@ -141,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Commands with parsers of their own get their arguments untouched.
     if arguments and arguments[0] == "rollup":
         return rollup(arguments[1:])
+    if arguments and arguments[0] == "report":
+        return report(arguments[1:])
     if arguments and arguments[0] in _DELEGATED:
         module, function = _DELEGATED[arguments[0]].split(":")
         command: Callable[[list[str]], int] = getattr(import_module(module), function)
@@ -151,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve_command(arguments: list[str]) -> int:
     from telemetry.cli.log_setup import configure_logging  # noqa: PLC0415 - see _DELEGATED
     from telemetry.errors import ConfigError  # noqa: PLC0415
-    from telemetry.server.bootstrap import StartupError  # noqa: PLC0415
+    from telemetry.server.startup import StartupError  # noqa: PLC0415
     from telemetry.server.config import load_settings  # noqa: PLC0415
     from telemetry.server.data_dir_lock import DataDirLockedError  # noqa: PLC0415
 
@@ -177,7 +189,8 @@ def _serve_command(arguments: list[str]) -> int:
         return run_event_loop(serve(settings))
     except (ConfigError, StartupError) as error:  # exporter options are checked at start
         kind = "config error" if isinstance(error, ConfigError) else "cannot start"
-        print(f"kip714: {kind}: {error}", file=sys.stderr)
+        # One line even when a library's message has several (SQLAlchemy's do).
+        print(f"kip714: {kind}: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     except DataDirLockedError as error:
         print(f"kip714: {error}; stop it or use another --data-dir", file=sys.stderr)
@@ -201,6 +214,18 @@ def rollup(argv: Sequence[str]) -> int:
         print(f"kip714 rollup: error: {error}", file=sys.stderr)
         return 2
     return job.main(job_argv)
+
+
+def report(argv: Sequence[str]) -> int:
+    """``kip714 report``, with ``--config FILE`` giving the data directory as the server has it."""
+    try:
+        report_args = report_argv(argv)
+    except RollupConfigError as error:
+        print(f"kip714 report: error: {error}", file=sys.stderr)
+        return 2
+    from report import main as report_main  # noqa: PLC0415 - see _DELEGATED
+
+    return report_main(report_args)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
@@ -243,11 +268,13 @@ async def serve(settings: Settings) -> int:
     except DataDirLockedError:
         raise  # nothing was opened, so there is nothing to stop (and nothing to log)
     except Exception:
-        # A failed start ends with its one error line: undoing the parts that
-        # did start is routine, so only warnings and errors of it are shown.
+        # A failed start ends with its one error line, naming the cause: undoing
+        # the parts that did start is routine, and how it went (an exporter slow
+        # to close on a loaded machine) would only bury that line.
         root = logging.getLogger()
-        root.setLevel(max(root.level, logging.WARNING))
+        root.setLevel(max(root.level, logging.CRITICAL))
         await server.stop()
+        server.discard_created_data_dir()
         raise
     tune_garbage_collector()
     await stop.wait()

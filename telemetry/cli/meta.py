@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from telemetry.admin.stored import check_stored_state
+from telemetry.cli.common import HelpFormatter, add_location, location_of
 from telemetry.errors import ConfigError
 from telemetry.metastore.migrate import MigrationRefusedError, migrate_to_kafka
 from telemetry.metastore.store import MetadataStoreError
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kip714 meta",
         description="Manage where the metadata store (dynamic subscriptions, quotas, SCRAM "
         "credentials) lives.",
+        formatter_class=HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     migrate = commands.add_parser(
@@ -43,30 +45,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Copy every subscription, quota entity and SCRAM credential of the local "
         "store into the Kafka topic the config's [meta] section names, one message per entity. "
         'Run it with the server stopped, then start the nodes with store = "kafka".',
+        formatter_class=HelpFormatter,
     )
     migrate.add_argument(
         "--to-kafka", action="store_true", required=True, help="the direction (the only one)"
     )
-    migrate.add_argument("--config", metavar="FILE", required=True, help="TOML with [meta]")
-    migrate.add_argument("--data-dir", metavar="DIR", help="overrides the file's data_dir")
     migrate.add_argument(
         "--force",
         action="store_true",
         help="write over a topic that already holds records (local values win key by key)",
+    )
+    add_location(
+        [parser, migrate],
+        config_help='the server\'s TOML configuration, with [meta] store = "kafka" (required)',
     )
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
+    config, data_dir = location_of(args)
     try:
-        settings = load_settings(args.config, data_dir=args.data_dir)
+        settings = load_settings(config, data_dir=data_dir)
     except ConfigError as error:
         print(f"kip714 meta: config error: {error}", file=sys.stderr)
         return 2
     if settings.meta.store != "kafka":
         print(
-            f'kip714 meta: {args.config} has no [meta] store = "kafka" to migrate to',
+            f'kip714 meta: {config or "no --config"}: no [meta] store = "kafka" to migrate to '
+            "(give --config FILE)",
             file=sys.stderr,
         )
         return 2

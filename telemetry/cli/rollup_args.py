@@ -1,9 +1,12 @@
-"""``kip714 rollup --config FILE``: the server's ``[lake]`` as the job's catalog arguments.
+"""``kip714 rollup|report --config FILE``: the server's settings as the command's arguments.
 
-``spark_jobs`` imports nothing of the server, so the CLI reads the config
-file's ``[lake]`` table and hands the job plain arguments (``--catalog-uri``,
-``--warehouse``, ``--namespace``); arguments given on the command line win.
-Without ``[lake]`` keys the job's defaults apply: ``<data_dir>/lake/``.
+``spark_jobs`` and ``report`` import nothing of the server, so the CLI reads
+the config file and hands them plain arguments: its ``data_dir`` (relative
+to the file's directory, as the server resolves it) as ``--data-dir``, and
+for the rollup its ``[lake]`` table as ``--catalog-uri``, ``--warehouse``
+and ``--namespace``; arguments given on the command line win. Without a
+``data_dir`` anywhere, the server's default ``./kip714-data`` applies. Only
+``tomllib`` is used: ``kip714 rollup`` must answer an empty range quickly.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["RollupConfigError", "rollup_argv"]
+from telemetry.server.config_paths import resolve_relative_paths
+
+__all__ = ["RollupConfigError", "report_argv", "rollup_argv"]
+
+#: The server's default ``--data-dir`` (``telemetry.server.config``, heavy to import here).
+DEFAULT_DATA_DIR = "./kip714-data"
 
 
 class RollupConfigError(ValueError):
@@ -35,12 +43,7 @@ def _given(argv: Sequence[str], flag: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
-def rollup_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` with ``--config FILE`` replaced by the lake arguments it implies.
-
-    Raises:
-        RollupConfigError: unreadable file, or an unusable ``[lake]``.
-    """
+def _split_config(argv: Sequence[str]) -> tuple[list[str], str | None]:
     rest: list[str] = []
     config: str | None = None
     items = iter(argv)
@@ -53,12 +56,48 @@ def rollup_argv(argv: Sequence[str]) -> list[str]:
             config = arg.removeprefix("--config=")
         else:
             rest.append(arg)
-    if config is None:
-        return rest
+    return rest, config
+
+
+def _document(config: str) -> dict[str, object]:
+    """The file, its relative paths made relative to its directory (as the server reads it)."""
     try:
         document = tomllib.loads(Path(config).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise RollupConfigError(f"--config {config}: {error}") from None
+    return resolve_relative_paths(document, Path(config))
+
+
+def _data_dir(document: dict[str, object], config: str | None) -> str:
+    """The file's ``data_dir``, relative to the file's directory; else the server's default."""
+    raw = document.get("data_dir")
+    if raw is None or config is None:
+        return DEFAULT_DATA_DIR
+    if not isinstance(raw, str) or not raw:
+        raise RollupConfigError(f"data_dir: expected a non-empty string, not {raw!r}")
+    return raw  # made absolute against the file's directory by _document
+
+
+def report_argv(argv: Sequence[str]) -> list[str]:
+    """``kip714 report``'s ``argv`` with ``--config FILE`` turned into ``--data-dir``.
+
+    Raises:
+        RollupConfigError: an unreadable file.
+    """
+    rest, config = _split_config(argv)
+    if config is None or _given(rest, "--data-dir"):
+        return rest
+    return [*rest, "--data-dir", _data_dir(_document(config), config)]
+
+
+def rollup_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--config FILE`` replaced by the lake arguments it implies.
+
+    Raises:
+        RollupConfigError: unreadable file, or an unusable ``[lake]``.
+    """
+    rest, config = _split_config(argv)
+    document = _document(config) if config is not None else {}
     lake = document.get("lake", {})
     if not isinstance(lake, dict):
         raise RollupConfigError("lake: expected a table")
@@ -70,4 +109,8 @@ def rollup_argv(argv: Sequence[str]) -> list[str]:
     for flag, value in implied.items():
         if value is not None and not _given(rest, flag):
             rest += [flag, str(value)]
+    if not _given(rest, "--data-dir") and not (
+        _given(rest, "--catalog-uri") and _given(rest, "--warehouse")
+    ):
+        rest += ["--data-dir", _data_dir(document, config)]
     return rest

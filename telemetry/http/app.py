@@ -26,12 +26,15 @@ def create_app(
     health: Callable[[], dict[str, object]],
     readiness: Callable[[], list[str]] | None = None,
     forward: ForwardHandler | None = None,
+    exporters: Callable[[], dict[str, str]] | None = None,
 ) -> web.Application:
     """``GET /healthz`` (liveness), ``/readyz`` (readiness), ``/metrics``, the forward route.
 
     ``/healthz`` answers 200 while the process runs, with the details in its
     JSON; ``/readyz`` answers 503 with the reasons while the server cannot
-    take or land pushes (see ``Server.readiness``), 200 otherwise.
+    take or land pushes (see ``Server.readiness``), 200 otherwise; its
+    ``exporters`` field maps every running exporter's name to its type, so
+    a probe can tell that the landing runs at all.
     """
     app = web.Application()
 
@@ -40,9 +43,10 @@ def create_app(
 
     async def readyz(request: web.Request) -> web.Response:
         reasons = readiness() if readiness is not None else []
-        return web.json_response(
-            {"ready": not reasons, "reasons": reasons}, status=503 if reasons else 200
-        )
+        body: dict[str, object] = {"ready": not reasons, "reasons": reasons}
+        if exporters is not None:
+            body["exporters"] = exporters()
+        return web.json_response(body, status=503 if reasons else 200)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import ssl
+import shutil
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from exporters import registry as exporter_registry
 from exporters.retention import PeriodicRetention
-from telemetry.admin.authorizer import Authorizer, is_loopback
+from telemetry.admin.authorizer import Authorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers
 from telemetry.admin.plane import AdminPlane
@@ -50,21 +51,32 @@ from telemetry.kafka.listener import KafkaListener
 from telemetry.metastore import MetadataStoreError
 from telemetry.metastore.opening import open_store, store_location
 from telemetry.security.password_checks import PasswordChecks
-from telemetry.security.tls import server_context
 from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
-from telemetry.server.exporter_host import ExporterHost
+from telemetry.server.exporter_host import CONSUMER_PREFIX, ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
 from telemetry.server.self_metrics import ServerCollector, make_registry
+from telemetry.server.startup import (
+    StartupError,
+    cannot_listen,
+    describe_exporter,
+    describe_security,
+    describe_subscriptions,
+    first_missing,
+    refuse_a_moved_data_dir,
+    start_hint,
+    tls_context,
+    unusable_data_dir,
+    warn_about_exposure,
+    warn_about_unmatched_kinds,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
-    from pathlib import Path
 
     from exporters.api import Exporter
     from telemetry.core.subscriptions import Subscription
     from telemetry.metastore.backend import MetadataBackend
-    from telemetry.security.settings import SecuritySettings, TlsSettings
 
 _log = logging.getLogger(__name__)
 
@@ -72,18 +84,6 @@ _log = logging.getLogger(__name__)
 EXPIRY_SWEEP_S = 1.0
 #: The Spark rollups' output, ``<data_dir>/rollups/<name>/date=…/hour=…/`` (docs/rollups.md).
 ROLLUPS_DIR = "rollups"
-
-
-class StartupError(Exception):
-    """kip714 could not start: one line naming the part (and its address or path) and why."""
-
-
-def _cannot_listen(listener: str, host: str, port: int, error: OSError) -> StartupError:
-    reason = os.strerror(error.errno) if error.errno and error.errno > 0 else str(error)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return StartupError(
-        f"the {listener} listener ({listener}.listen) cannot listen on {address}: {reason}"
-    )
 
 
 def create_exporter(settings: ExporterSettings) -> Exporter:
@@ -95,13 +95,6 @@ def create_exporter(settings: ExporterSettings) -> Exporter:
         raise ConfigError(f"{key}.type", settings.type, str(error)) from None
     except exporter_registry.RegistryError as error:
         raise ConfigError(f"{key}.options", dict(settings.options), str(error)) from None
-
-
-def _describe(settings: ExporterSettings) -> str:
-    """``name(type path)``: the startup line names every path the server writes to."""
-    path = settings.options.get("path")
-    where = f" {os.path.abspath(path)}" if isinstance(path, str) else ""
-    return f"{settings.name}({settings.type}{where})"
 
 
 def subscription_registry(subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
@@ -124,51 +117,6 @@ def rollup_retention(rollups: Path, retention_hours: int) -> PeriodicRetention:
         )
 
     return PeriodicRetention("rollups", tables, retention_hours)
-
-
-def tls_context(listener: str, settings: TlsSettings | None) -> ssl.SSLContext | None:
-    """The listener's TLS context; a certificate or key that does not load stops the start."""
-    if settings is None:
-        return None
-    try:
-        return server_context(settings)
-    except (ssl.SSLError, OSError) as error:
-        raise StartupError(
-            f"{listener}.tls: cannot load {settings.certfile} / {settings.keyfile}"
-            f"{f' / {settings.cafile}' if settings.cafile else ''}: {error}"
-        ) from error
-
-
-def describe_security(settings: SecuritySettings) -> str:
-    """The startup line's ``security=`` part: what protects the listeners."""
-    if not settings.enabled:
-        return "none(every principal may read and alter)"
-    parts = []
-    if settings.sasl_enabled:
-        parts.append("sasl=" + "+".join(settings.sasl_mechanisms))
-    if settings.kafka_tls is not None:
-        parts.append("kafka_tls" + ("+client_certs" if settings.kafka_tls.cafile else ""))
-    if settings.http_tls is not None:
-        parts.append("http_tls" + ("+client_certs" if settings.http_tls.cafile else ""))
-    parts.append(f"anonymous={'allowed' if settings.allow_anonymous else 'refused'}")
-    return ",".join(parts)
-
-
-def warn_about_exposure(settings: Settings) -> None:
-    """Say at start what an unauthenticated peer can reach (docs/security.md)."""
-    security = settings.security
-    if not security.enabled:
-        exposed = [
-            f"{name}={host}"
-            for name, host in (("kafka", settings.kafka.host), ("http", settings.http_host))
-            if not is_loopback(host)
-        ]
-        if exposed:
-            _log.warning(
-                "listening beyond loopback (%s) without [security]: any peer that can "
-                "connect may push telemetry and alter SCRAM credentials (docs/security.md)",
-                ", ".join(exposed),
-            )
 
 
 class Server:
@@ -204,6 +152,9 @@ class Server:
         #: ``[rollups] retention_hours`` on the lake's Iceberg rollup tables.
         self.lake_rollup_retention: PeriodicRetention | None = None
         self.stopping = False
+        #: The outermost directory this start created for the data directory
+        #: (``None`` when it existed): a failed start removes it, and only it.
+        self.created_data_dir: Path | None = None
         #: Failures of the log or an exporter seen while running (sticky): exit status 1.
         self.failures: dict[str, str] = {}
 
@@ -217,7 +168,12 @@ class Server:
         settings = self.settings
         # Build every exporter before touching the disk: a typo fails fast.
         exporters = [(entry, create_exporter(entry)) for entry in settings.exporters]
-        self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
+        refuse_a_moved_data_dir(settings)
+        self.created_data_dir = first_missing(settings.data_dir)
+        try:
+            self._data_dir_lock = await asyncio.to_thread(DataDirLock.acquire, settings.data_dir)
+        except OSError as error:
+            raise StartupError(unusable_data_dir(settings.data_dir, error)) from error
         await self._open_admin_plane()
         try:
             self.log = await IngestLog.open(settings.log_dir, settings.log)
@@ -230,7 +186,10 @@ class Server:
                 await host.start()
             except Exception as error:  # a plugin's own failure, reported as one line
                 _log.debug("exporter %s failed to start", host.name, exc_info=True)
-                raise StartupError(f"exporters.{host.name} could not start: {error}") from error
+                hint = start_hint(exporter_settings)
+                raise StartupError(
+                    f"exporters.{host.name} could not start: {error}{hint}"
+                ) from error
         await self._unregister_removed_exporters()
         if settings.rollups_retention_hours is not None:
             self.rollup_retention = rollup_retention(
@@ -274,9 +233,7 @@ class Server:
             # Bound now, served once the metadata store (SCRAM credentials) is open.
             kafka_address = await self.listener.start(serve=False)
         except OSError as error:
-            raise _cannot_listen(
-                "kafka", settings.kafka.host, settings.kafka.port, error
-            ) from error
+            raise cannot_listen("kafka", settings.kafka.host, settings.kafka.port, error) from error
         await self._start_http()
         assert self.http_address is not None
         await self.listener.serve()
@@ -284,16 +241,18 @@ class Server:
         self._serving = True
         _log.info(
             "kip714 serving: kafka=%s:%d advertised=%s:%d http=%s:%d data_dir=%s log_dir=%s "
-            "exporters=%s security=%s",
+            "exporters=%s subscriptions=%s security=%s",
             *kafka_address,
             *self.listener.advertised_address,
             *self.http_address,
             os.path.abspath(settings.data_dir),
             os.path.abspath(settings.log_dir),
-            ",".join(_describe(h.settings) for h in self.hosts) or "none",
+            ",".join(describe_exporter(h.settings) for h in self.hosts) or "none",
+            describe_subscriptions(self.manager.subscriptions),
             describe_security(security),
         )
         warn_about_exposure(settings)
+        warn_about_unmatched_kinds(settings)
 
     async def _start_http(self) -> None:
         """The HTTP listener: health, metrics, the ingestion, forward and admin routes."""
@@ -339,7 +298,13 @@ class Server:
             refusals=self.enforcement.refusals,
         )
         registry.register(ForwardCollector(forward.stats))
-        app = create_app(registry, self.health, self.readiness, forward)
+        app = create_app(
+            registry,
+            self.health,
+            self.readiness,
+            forward,
+            exporters=lambda: {host.name: host.settings.type for host in self.hosts},
+        )
         store = self.admin.store
         assert self.password_checks is not None  # made with the Kafka listener's security
         authenticator = HttpAuthenticator(
@@ -379,9 +344,19 @@ class Server:
         try:
             await site.start()
         except OSError as error:
-            raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
+            raise cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
+
+    def discard_created_data_dir(self) -> None:
+        """After a failed start and ``stop``: remove the data directory this start created.
+
+        A directory that existed before the start is never touched, whatever
+        the start wrote into it.
+        """
+        created, self.created_data_dir = self.created_data_dir, None
+        if created is not None and created.is_dir():
+            shutil.rmtree(created, ignore_errors=True)
 
     @property
     def metastore(self) -> MetadataBackend | None:
@@ -573,8 +548,16 @@ class Server:
         assert self.log is not None
         configured = {host.consumer for host in self.hosts}
         for consumer in self.log.consumers():
-            if consumer.startswith("exporter:") and consumer not in configured:
-                _log.info("forgetting the position of removed exporter %s", consumer)
+            if consumer.startswith(CONSUMER_PREFIX) and consumer not in configured:
+                name = consumer.removeprefix(CONSUMER_PREFIX)
+                _log.warning(
+                    "exporter %s is no longer configured (it is not in [exporters] or has "
+                    "enabled = false): forgetting its log position, so it no longer holds back "
+                    "retention and gets nothing until it is configured again; then it starts "
+                    "from the log's start at that time (the iceberg landing resumes from its "
+                    "table's last committed offset instead)",
+                    name,
+                )
                 await self.log.unregister(consumer)
 
     async def _sweep_expired(self) -> None:

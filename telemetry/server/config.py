@@ -1,11 +1,14 @@
 """Settings for ``kip714 serve``: embedded defaults, then a TOML file, then flags.
 
-Everything has a default, so the server runs with no file at all. What a file
-states *replaces* that part of the defaults: a file with ``[subscriptions]``
-has exactly those subscriptions, and a file without ``[exporters]`` keeps the
-default exporter. Unknown keys and invalid values are refused at start with
-one ``ConfigError`` naming the dotted key and the value, because a typo that
-is silently ignored is a limit that silently does not apply.
+Everything has a default, so the server runs with no file at all. A file's
+``[subscriptions]`` *replace* the embedded one (Kafka's rule: a client gets
+only the subscriptions that match it), while ``[exporters]`` *add* to the
+default Iceberg landing: adding a Prometheus scrape must not stop the lake.
+The landing is left out only when ``[exporters.landing] enabled = false``
+turns it off or the file names an ``iceberg`` exporter of its own. Unknown
+keys and invalid values are refused at start with one ``ConfigError``
+naming the dotted key and the value, because a typo that is silently
+ignored is a limit that silently does not apply.
 
 The embedded default subscription asks every client for the standard KIP-714
 metrics (``org.apache.kafka.``) once a minute: minute-level pushes match the
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exporters.iceberg.lake import lake_location
 from telemetry import toml_checks as toml
 from telemetry.admin.settings import AdminSettings, parse_admin
 from telemetry.core.settings import TelemetryConfig, parse_subscriptions, parse_telemetry
@@ -42,6 +46,7 @@ from telemetry.kafka.settings import (
 )
 from telemetry.metastore.settings import MetaSettings, parse_meta
 from telemetry.security.settings import SecuritySettings, parse_security
+from telemetry.server.config_paths import resolve_relative_paths
 from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE, lake_options
 
 if TYPE_CHECKING:
@@ -50,8 +55,9 @@ if TYPE_CHECKING:
 DEFAULT_DATA_DIR = "./kip714-data"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8714"
 DEFAULT_EXPORTER_NAME = "landing"
-#: The built-in exporter a config without ``[exporters]`` gets: the Iceberg
-#: landing, its lake under ``<data_dir>/lake/`` unless ``[lake]`` says otherwise.
+#: The built-in exporter every config gets unless it turns it off or names an
+#: ``iceberg`` exporter: the Iceberg landing, its lake under ``<data_dir>/lake/``
+#: unless ``[lake]`` says otherwise. Its name is reserved for it.
 DEFAULT_EXPORTER_TYPE = LAKE_EXPORTER_TYPE
 #: Where a built-in exporter whose options give no ``path`` writes, under the
 #: data directory: ``--data-dir`` moves everything not given an explicit path.
@@ -106,6 +112,10 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     #: ``[meta]``: the metadata store, local (``<data_dir>/meta``) or a Kafka topic.
     meta: MetaSettings = field(default_factory=MetaSettings)
+    #: Where the file's relative ``data_dir`` pointed before config paths were
+    #: relative to the file (the working directory); ``None`` when that rule
+    #: cannot differ (no file, an absolute path, or ``--data-dir`` given).
+    former_data_dir: Path | None = None
 
     @property
     def super_users(self) -> tuple[str, ...]:
@@ -153,9 +163,14 @@ def load_settings(
             raise ConfigError("--config", str(path), "no such file") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError("--config", str(path), f"not valid TOML: {error}") from None
+    raw_data_dir = document.get("data_dir")
+    if path is not None:
+        document = resolve_relative_paths(document, Path(path))
     settings = settings_from_mapping(document)
     if path is not None:
         settings = replace(settings, config_path=Path(path))
+        if isinstance(raw_data_dir, str) and not Path(raw_data_dir).is_absolute():
+            settings = replace(settings, former_data_dir=Path(raw_data_dir))
     if data_dir is not None:
         settings = _with_data_dir(settings, Path(data_dir), document)
     if kafka_listen is not None:
@@ -265,20 +280,56 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
 
 def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, Any]) -> Settings:
     """``--data-dir`` moves the log and every exporter the file gave no explicit path."""
-    return replace(settings, data_dir=data_dir, exporters=_exporters_in(document, data_dir))
+    return replace(
+        settings,
+        data_dir=data_dir,
+        exporters=_exporters_in(document, data_dir),
+        former_data_dir=None,
+    )
 
 
 def _exporters_in(document: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
-    if "exporters" not in document:
-        exporters = default_exporters(data_dir)
-    else:
-        exporters = _exporters(toml.table("exporters", document["exporters"]), data_dir)
+    table = toml.table("exporters", document.get("exporters", {}))
+    exporters = list(_exporters(table, data_dir))
+    named_iceberg = DEFAULT_EXPORTER_NAME in table or any(
+        isinstance(raw, dict) and raw.get("type") == LAKE_EXPORTER_TYPE for raw in table.values()
+    )
+    if not named_iceberg:
+        exporters = [*default_exporters(data_dir), *exporters]
     # [lake] and [server] node_id are the options of every iceberg landing, under its own.
     lake = lake_options(document)
-    return tuple(
+    exporters = [
         replace(e, options={**lake, **e.options}) if e.type == LAKE_EXPORTER_TYPE else e
         for e in exporters
-    )
+    ]
+    _refuse_two_landings_on_one_table(exporters)
+    return tuple(exporters)
+
+
+def _refuse_two_landings_on_one_table(exporters: list[ExporterSettings]) -> None:
+    """Two ``iceberg`` exporters committing to one table would land every push twice."""
+    seen: dict[tuple[object, ...], str] = {}
+    for exporter in exporters:
+        if exporter.type != LAKE_EXPORTER_TYPE:
+            continue
+        options = exporter.options
+        path = options.get("path")
+        try:
+            location = lake_location(options, Path(path) if isinstance(path, str) else None)
+        except ValueError:
+            continue  # the exporter refuses its own options, naming them, at start
+        key = (tuple(sorted(location.catalog.items())), location.namespace)
+        if key in seen:
+            raise ConfigError(
+                f"exporters.{exporter.name}",
+                exporter.type,
+                f"lands in the same table as exporters.{seen[key]} "
+                f"({location.namespace}.metrics in catalog "
+                f"{location.catalog.get('uri', location.catalog)}): every push would land "
+                f"twice; turn one off (enabled = false) or give it its own [lake] catalog "
+                f"or namespace in its options",
+            )
+        seen[key] = exporter.name
 
 
 def _retention_hours(key: str, section: Mapping[str, Any]) -> int | None:
@@ -292,6 +343,7 @@ _EXPORTER_SECONDS = ("stall_timeout_s", "drain_timeout_s")
 def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettings, ...]:
     known = {
         "type",
+        "enabled",
         "options",
         "batch_max_records",
         "batch_max_bytes",
@@ -304,20 +356,36 @@ def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettin
         key = f"exporters.{name}"
         exporter = toml.table(key, raw)
         toml.refuse_unknown(key + ".", exporter, known)
-        if "type" not in exporter:
+        if name == DEFAULT_EXPORTER_NAME:
+            # Tuning the landing needs no type; the name means the landing only.
+            type_name = toml.string(f"{key}.type", exporter.get("type", DEFAULT_EXPORTER_TYPE))
+            if type_name != DEFAULT_EXPORTER_TYPE:
+                raise ConfigError(
+                    f"{key}.type",
+                    type_name,
+                    f"the name {DEFAULT_EXPORTER_NAME!r} is reserved for the Iceberg landing "
+                    f"({DEFAULT_EXPORTER_TYPE!r}); give this exporter another name",
+                )
+        elif "type" not in exporter:
             raise ConfigError(f"{key}.type", None, "every exporter names its type (an entry point)")
-        type_name = toml.string(f"{key}.type", exporter["type"])
+        else:
+            type_name = toml.string(f"{key}.type", exporter["type"])
+        enabled = exporter.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"{key}.enabled", enabled, "expected true or false")
         options = dict(toml.table(f"{key}.options", exporter.get("options", {})))
         if "path" not in options and type_name in _DEFAULT_PATHS:
             options["path"] = str(_DEFAULT_PATHS[type_name](data_dir, name))
         tuning: dict[str, Any] = {
             field_name: toml.integer(f"{key}.{field_name}", exporter[field_name], 1)
-            for field_name in known - {"type", "options", *_EXPORTER_SECONDS}
+            for field_name in known - {"type", "enabled", "options", *_EXPORTER_SECONDS}
             if field_name in exporter
         }
         for field_name in _EXPORTER_SECONDS:
             if field_name in exporter:
                 tuning[field_name] = toml.seconds(f"{key}.{field_name}", exporter[field_name])
+        if not enabled:
+            continue  # checked like any other, then left out
         exporters.append(
             ExporterSettings(
                 name=name,

@@ -27,9 +27,11 @@ PRODUCERS_INTO_JSONL = f"""
 [subscriptions.all]
 metrics = ["org.apache.kafka.producer."]
 "interval.ms" = {PRODUCERS_INTERVAL_MS}
-[exporters.landing]
+[exporters.landing]  # the exporters under test and a JSONL record of what was pushed
+enabled = false
+[exporters.lines]
 type = "jsonl"
-[exporters.landing.options]
+[exporters.lines.options]
 path = "{{out}}/"
 """
 

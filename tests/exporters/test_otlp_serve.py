@@ -48,8 +48,10 @@ timeout_s = 5
 )
 RECEIVER = """
 [exporters.landing]
+enabled = false
+[exporters.lines]
 type = "jsonl"
-[exporters.landing.options]
+[exporters.lines.options]
 path = "{out}/"
 """
 

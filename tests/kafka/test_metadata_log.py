@@ -58,6 +58,8 @@ NODE_CONFIG = """
 metrics = ["org.apache.kafka.producer."]
 "interval.ms" = 60000
 [exporters.landing]
+enabled = false
+[exporters.lines]
 type = "jsonl"
 [security]
 sasl_mechanisms = ["SCRAM-SHA-256"]

@@ -54,16 +54,22 @@ GAUGES_SCHEMA = pa.schema(
 
 
 def write_tables(
-    data_dir: Path, health: list[dict[str, Any]], gauges: list[dict[str, Any]]
+    data_dir: Path,
+    health: list[dict[str, Any]],
+    gauges: list[dict[str, Any]],
+    *,
+    existing_lake: bool = False,
 ) -> None:
+    """The two rollups in ``data_dir``'s lake (made here unless ``existing_lake``)."""
     lake = data_dir / "lake"
-    (lake / "warehouse").mkdir(parents=True)
+    (lake / "warehouse").mkdir(parents=True, exist_ok=existing_lake)
     catalog = SqlCatalog(
         "kip714",
         uri=f"sqlite:///{lake / 'catalog.db'}",
         warehouse=(lake / "warehouse").as_uri(),
     )
-    catalog.create_namespace("kip714")
+    if not existing_lake:
+        catalog.create_namespace("kip714")
     for name, schema, rows in (
         ("client_health_1h", HEALTH_SCHEMA, health),
         ("gauges_1m", GAUGES_SCHEMA, gauges),

@@ -81,7 +81,10 @@ def test_import_parquet_lands_each_file_once(
     rows = landing.stats.rows_landed
     data = ("--data-dir", str(tmp_path))
 
-    code, out, _ = run(capsys, *data, "import-parquet")
+    code, out, err = run(capsys, *data, "import-parquet")
+    assert code == 2  # no lake there yet: made only when asked
+    assert "--create" in err
+    code, out, _ = run(capsys, *data, "import-parquet", "--create")
     assert code == 0, out
     assert f"imported 3 file(s) ({rows} rows, 1 commit(s)); 0 already imported" in out
     code, out, _ = run(capsys, *data, "import-parquet")

@@ -26,6 +26,8 @@ RECORDS = 40
 JSONL_CONFIG = """
 [subscriptions.all]
 metrics = ["*"]
+[exporters.landing]  # only the exporters under test
+enabled = false
 [exporters.lines]
 type = "jsonl"
 [exporters.lines.options]

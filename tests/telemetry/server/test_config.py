@@ -83,7 +83,8 @@ path = "/tmp/out"
 fsync = true
 """,
     )
-    (exporter,) = load_settings(path).exporters
+    landing, exporter = load_settings(path).exporters
+    assert (landing.name, landing.type) == ("landing", "iceberg")  # exporters add to it
     assert exporter.name == "debug"
     assert exporter.type == "jsonl"
     assert exporter.batch_max_records == 50
@@ -158,7 +159,6 @@ def test_data_dir_moves_every_builtin_exporter_without_a_path(tmp_path: Path) ->
         """
 data_dir = "/var/lib/kip714"
 [exporters.landing]
-type = "parquet"
 [exporters.kept]
 type = "parquet"
 [exporters.kept.options]

@@ -89,9 +89,7 @@ def test_an_unspecified_advertised_address_is_refused(
 
 
 def test_a_bad_exporter_option_logs_nothing_before_its_line(tmp_path: Path) -> None:
-    (tmp_path / "c.toml").write_text(
-        '[exporters.landing]\ntype = "parquet"\n[exporters.landing.options]\ncolour = 1\n'
-    )
+    (tmp_path / "c.toml").write_text("[exporters.landing.options]\ncolour = 1\n")
     listen = ["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"]
     line = one_line(serve("--config", "c.toml", *listen, "--data-dir", "d", cwd=tmp_path))
     assert line.startswith("kip714: config error: exporters.landing.options")

@@ -24,6 +24,8 @@ CONFIG = """
 [subscriptions.all]
 metrics = ["*"]
 "interval.ms" = {interval}
+[exporters.landing]  # only the exporters under test
+enabled = false
 [exporters.a]
 type = "jsonl"
 [exporters.a.options]
