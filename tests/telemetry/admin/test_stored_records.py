@@ -134,8 +134,10 @@ CONFIG = """
 metrics = ["org.apache.kafka.producer."]
 "interval.ms" = 60000
 [exporters.landing]
+enabled = false
+[exporters.points]
 type = "jsonl"
-[exporters.landing.options]
+[exporters.points.options]
 path = "{out}/"
 """
 

@@ -79,8 +79,8 @@ def recorder(tmp_path: Path) -> str:
     about landing 300,000 rows a push, and flattening them would only slow the test."""
     path = tmp_path / "recorded.jsonl"
     return (
-        '[exporters.landing]\ntype = "test-recorder"\n'
-        + f'[exporters.landing.options]\npath = "{path}"\n'
+        '[exporters.landing]\nenabled = false\n[exporters.recorder]\ntype = "test-recorder"\n'
+        + f'[exporters.recorder.options]\npath = "{path}"\n'
     )
 
 
