@@ -5,7 +5,8 @@ Names follow Kafka's: ``window_num``/``window_size_s`` are
 entity config keys of ``kafka-configs.sh`` with ``producer_byte_rate`` read as
 ``push_byte_rate``; ``[limits]`` are the broker settings ``max.connections``,
 ``max.connections.per.ip``, ``max.connection.creation.rate``,
-``connections.max.idle.ms`` and ``queued.max.request.bytes``.
+``connections.max.idle.ms`` and ``queued.max.request.bytes``, plus
+``max_entity_series`` (how many quota entities ``/metrics`` shows one by one).
 
 An entity names a ``user``, a ``client_id`` or both; ``"<default>"`` is the
 default at that level and an absent key means "not part of the entity", as
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_IP",
     "DEFAULT_MAX_CONNECTION_CREATION_RATE",
+    "DEFAULT_MAX_ENTITY_SERIES",
     "DEFAULT_QUEUED_MAX_REQUEST_BYTES",
     "ClientQuotaSettings",
     "IpQuotaSettings",
@@ -48,6 +50,7 @@ DEFAULT_MAX_CONNECTIONS_PER_IP: Final = 1_000
 DEFAULT_MAX_CONNECTION_CREATION_RATE: Final = 1_000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS: Final = 600_000
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 104_857_600
+DEFAULT_MAX_ENTITY_SERIES: Final = 10_000
 _INT32_MAX: Final = 2**31 - 1
 _CLIENT_QUOTA_KEYS: Final = ("push_byte_rate", "request_percentage", "controller_mutation_rate")
 
@@ -94,6 +97,8 @@ class LimitSettings:
     max_connection_creation_rate: int = DEFAULT_MAX_CONNECTION_CREATION_RATE
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    #: Quota entities with series of their own on ``/metrics``; the rest are summed as ``<other>``.
+    max_entity_series: int = DEFAULT_MAX_ENTITY_SERIES
 
 
 def parse_quotas(section: Mapping[str, Any]) -> QuotaSettings:

@@ -15,7 +15,7 @@ import logging
 import os
 import ssl
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
@@ -54,7 +54,7 @@ from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
-from telemetry.server.self_metrics import ServerCollector, make_registry
+from telemetry.server.self_metrics import SelfMetrics, ServerCollector
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -170,6 +170,10 @@ def warn_about_exposure(settings: Settings) -> None:
             )
 
 
+#: Distinct multi-line readiness reasons remembered as logged.
+_LOGGED_REASONS: Final = 64
+
+
 class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
@@ -193,6 +197,12 @@ class Server:
         self.http_connections: HttpConnectionStats | None = None
         #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
         self.password_checks: PasswordChecks | None = None
+        #: HTTP Basic on the ingestion routes (its memo is dropped on SIGHUP).
+        self.http_authenticator: HttpAuthenticator | None = None
+        #: ``/metrics``: the collectors, gathered on the loop and rendered on a thread.
+        self.self_metrics: SelfMetrics | None = None
+        #: Full texts of readiness reasons already logged (``/readyz`` shows their first line).
+        self._logged_reasons: set[str] = set()
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -242,7 +252,9 @@ class Server:
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
-        self.password_checks = PasswordChecks(security.password_check_threads)
+        self.password_checks = PasswordChecks(
+            security.password_check_threads, security.password_check_queue
+        )
         kafka_security = KafkaSecurity(
             security,
             self.admin.store,
@@ -310,7 +322,8 @@ class Server:
             readiness=self.readiness,
             lake_rollup_retention=self.lake_rollup_retention,
         )
-        registry = make_registry(collector)
+        registry = SelfMetrics(collector)
+        self.self_metrics = registry
         # The same client quotas as the Kafka listener's (SIGHUP applies to all).
         http_quotas = HttpQuotas(self.enforcement.clients)
         ingest = HttpIngest(
@@ -336,16 +349,28 @@ class Server:
             memory=ingest.memory,
         )
         registry.register(ForwardCollector(forward.stats))
-        app = create_app(registry, self.health, self.readiness, forward)
+        app = create_app(
+            registry.render,
+            self.health,
+            self.readiness,
+            forward,
+            metrics_guard=self._metrics_refusal if settings.http.metrics_auth == "admin" else None,
+        )
+
+        async def close_metrics(_: web.Application) -> None:
+            registry.close()
+
+        app.on_cleanup.append(close_metrics)
         store = self.admin.store
         assert self.password_checks is not None  # made with the Kafka listener's security
         authenticator = HttpAuthenticator(
             security,
-            lambda mechanism, user: store.image.scram_credentials.get(
-                (user, mechanism.mechanism_id)
-            ),
+            lambda: store.image.scram_credentials,
             self.password_checks,
+            refusals=self.enforcement.refusals,
+            max_body_bytes=settings.telemetry.max_bytes,
         )
+        self.http_authenticator = authenticator
         add_ingest_routes(app, ingest, authenticator)
         add_admin_routes(
             app,
@@ -379,6 +404,19 @@ class Server:
             raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
+
+    def _metrics_refusal(self, request: web.Request) -> web.Response | None:
+        """``[http] metrics_auth = "admin"``: ``/metrics`` needs what the HTTP admin API needs."""
+        refusal = self.authorizer.http_admin_request_refusal(request)
+        if refusal is None:
+            return None
+        self.enforcement.refusals.count("metrics", "metrics_auth")
+        headers = {"WWW-Authenticate": 'Bearer realm="kip714"'} if refusal.status == 401 else None
+        return web.Response(
+            status=refusal.status,
+            text=f"{refusal.status} /metrics ([http] metrics_auth = admin): {refusal.message}",
+            headers=headers,
+        )
 
     @property
     def metastore(self) -> MetadataBackend | None:
@@ -513,7 +551,26 @@ class Server:
             if problem is not None:
                 reasons.append(problem)
         self._note_failures()
-        return reasons
+        return [self._public_reason(reason) for reason in reasons]
+
+    def _public_reason(self, reason: str) -> str:
+        """``reason``'s first line, for anyone who asks; the whole text (a traceback) to the log.
+
+        ``/readyz`` and ``/healthz`` answer unauthenticated: a worker's
+        traceback names files, versions and data an outsider has no use for.
+        Each distinct full text is logged once (at most :data:`_LOGGED_REASONS`
+        of them are remembered).
+        """
+        first, newline, _ = reason.partition("\n")
+        if not newline:
+            return reason
+        if reason not in self._logged_reasons:
+            if len(self._logged_reasons) >= _LOGGED_REASONS:
+                self._logged_reasons.clear()
+            self._logged_reasons.add(reason)
+            _log.error("not ready: %s", reason)
+        first = first.rstrip().removesuffix("Traceback (most recent call last):").rstrip(" :")
+        return f"{first} (details in the server log)"
 
     def reload_config(self) -> None:
         """SIGHUP: re-read subscriptions, quotas and limits from the config file.
@@ -536,6 +593,8 @@ class Server:
         except Exception as error:
             _log.error("SIGHUP: keeping the current subscriptions, quotas and limits: %s", error)
             return
+        if self.http_authenticator is not None:  # Basic clients prove themselves afresh
+            self.http_authenticator.forget_all()
         _log.info(
             "SIGHUP: quotas and limits reloaded: %d client entities, %d ip entries",
             len(fresh.quotas.clients),
