@@ -112,7 +112,8 @@ class _QuotaFamilies:
         )
         self.accept_throttle = GaugeMetricFamily(
             "kip714_connection_accept_throttle_time_ms",
-            "Average acceptor delay (kind=broker) and per-address throttle (kind=ip), per listener.",
+            "Average acceptor delay (kind=broker) and per-address throttle (kind=ip), "
+            "per listener.",
             labels=["kind", "listener"],
         )
 
@@ -236,8 +237,8 @@ def _connections_and_memory(enforcement: Enforcement) -> Iterable[Metric]:
         "Requests refused by a bound (design invariant 10), by door and by the bound's key.",
         labels=["door", "reason"],
     )
-    for (door, reason), count in sorted(enforcement.refusals.counts.items()):
-        refused.add_metric([door, reason], count)
+    for (door, bound), count in sorted(enforcement.refusals.counts.items()):
+        refused.add_metric([door, bound], count)
     yield refused
     yield GaugeMetricFamily(
         "kip714_throttled_entities",

@@ -297,7 +297,7 @@ class HttpAuthenticator:
         self.stats.memo_invalidated += self._memo.drop_stale(self._current)
 
     def _current(self, user: str) -> Credential | None:
-        """What ``user``'s password is checked against now: PLAIN first, then SCRAM-SHA-256, -512."""
+        """What ``user``'s password is checked against: PLAIN first, then SCRAM-SHA-256, -512."""
         secret = self.settings.plain_users.get(user)
         if secret is not None:
             return secret

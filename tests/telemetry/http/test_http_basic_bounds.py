@@ -110,14 +110,14 @@ async def test_a_proven_credential_skips_the_hash_until_the_admin_plane_changes_
 ) -> None:
     async with running(tmp_path, _admin_config()) as server:
         await _alter(server, _set_password("bob", "bob-1"))
-        authenticator = server.http_authenticator
-        assert authenticator is not None
         before = _hashes(server)
         first = await _push(server, "bob", "bob-1")
         second = await _push(server, "bob", "bob-1")
         third = await _push(server, "bob", "bob-1")
         assert (first, second, third) == (200, 200, 200)
         assert _hashes(server) - before == 1  # the second and third were remembered
+        authenticator = server.http_authenticator
+        assert authenticator is not None
         assert authenticator.stats.memo_hits == 2
         wrong = await _push(server, "bob", "guess")
         assert wrong == 401  # a wrong password is never remembered: it is hashed
@@ -144,7 +144,7 @@ async def _raw_post(
     """POST ``body`` in two parts with a pause between; the response head and what follows."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
-        lines = [f"POST /v1/metrics HTTP/1.1", f"Host: {host}:{port}"]
+        lines = ["POST /v1/metrics HTTP/1.1", f"Host: {host}:{port}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         lines.append(f"Content-Length: {len(body)}")
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body[:pause_at])
@@ -163,9 +163,7 @@ async def _raw_post(
 async def test_a_401_closes_the_connection_after_the_body_and_the_client_reads_it(
     tmp_path: Path,
 ) -> None:
-    body = otlp_request(
-        *(resource_metrics({"service.name": f"s{n}"}, "m", 20) for n in range(200))
-    )
+    body = otlp_request(*(resource_metrics({"service.name": f"s{n}"}, "m", 20) for n in range(200)))
     assert len(body) > 64 * 1024
     async with running(tmp_path, _admin_config()) as server:
         assert server.http_address is not None

@@ -103,7 +103,9 @@ async def test_metrics_shows_at_most_max_entity_series_and_kafka_answers_meanwhi
         series = re.findall(r'^kip714_quota_push_byte_rate\{[^}]*client_id="([^"]*)"', text, re.M)
         assert len(series) <= 10_000 + 1
         assert series.count("<other>") == 1
-        (entities,) = re.findall(r'^kip714_quota_entities_folded\{kind="entities"\} (\S+)$', text, re.M)
+        (entities,) = re.findall(
+            r'^kip714_quota_entities_folded\{kind="entities"\} (\S+)$', text, re.M
+        )
         assert float(entities) >= _ENTITIES - 10_000
         assert len(text) < 4 * 1024 * 1024
 
@@ -142,11 +144,11 @@ async def test_metrics_auth_admin_needs_the_admin_token(tmp_path: Path) -> None:
 def test_metrics_auth_is_checked_at_load(tmp_path: Path) -> None:
     path = tmp_path / "kip714.toml"
     path.write_text('[http]\nmetrics_auth = "admin"\n')
-    with pytest.raises(ConfigError, match="http.metrics_auth"):
+    with pytest.raises(ConfigError, match=r"http\.metrics_auth"):
         load_settings(path)
     path.write_text('[http]\nmetrics_auth = "everyone"\n')
-    with pytest.raises(ConfigError, match="http.metrics_auth"):
+    with pytest.raises(ConfigError, match=r"http\.metrics_auth"):
         load_settings(path)
     path.write_text("[limits]\nmax_entity_series = 0\n")
-    with pytest.raises(ConfigError, match="limits.max_entity_series"):
+    with pytest.raises(ConfigError, match=r"limits\.max_entity_series"):
         load_settings(path)

@@ -133,7 +133,7 @@ async def test_readyz_answers_a_reason_and_leaves_the_traceback_to_the_log(
     try:
         async with running(tmp_path, '[exporters.broken]\ntype = "broken-landing"\n') as server:
             body = await ready_is(server, 503)
-            status, health = await get(server, "/healthz")
+            _, health = await get(server, "/healthz")
     finally:
         registry.unregister("broken-landing")
     (reason,) = body["reasons"]
