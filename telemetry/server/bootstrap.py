@@ -15,7 +15,7 @@ import logging
 import os
 import ssl
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -54,6 +54,7 @@ from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
+from telemetry.server.public_answers import PublicReasons, metrics_guard
 from telemetry.server.self_metrics import SelfMetrics, ServerCollector
 
 if TYPE_CHECKING:
@@ -170,10 +171,6 @@ def warn_about_exposure(settings: Settings) -> None:
             )
 
 
-#: Distinct multi-line readiness reasons remembered as logged.
-_LOGGED_REASONS: Final = 64
-
-
 class Server:
     """kip714 as one object: ``await start()``, then ``await stop()``."""
 
@@ -199,10 +196,8 @@ class Server:
         self.password_checks: PasswordChecks | None = None
         #: HTTP Basic on the ingestion routes (its memo is dropped on SIGHUP).
         self.http_authenticator: HttpAuthenticator | None = None
-        #: ``/metrics``: the collectors, gathered on the loop and rendered on a thread.
-        self.self_metrics: SelfMetrics | None = None
-        #: Full texts of readiness reasons already logged (``/readyz`` shows their first line).
-        self._logged_reasons: set[str] = set()
+        #: ``/readyz`` shows a reason's first line; a longer text goes to the log once.
+        self._public_reasons = PublicReasons()
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -323,7 +318,6 @@ class Server:
             lake_rollup_retention=self.lake_rollup_retention,
         )
         registry = SelfMetrics(collector)
-        self.self_metrics = registry
         # The same client quotas as the Kafka listener's (SIGHUP applies to all).
         http_quotas = HttpQuotas(self.enforcement.clients)
         ingest = HttpIngest(
@@ -349,18 +343,11 @@ class Server:
             memory=ingest.memory,
         )
         registry.register(ForwardCollector(forward.stats))
-        app = create_app(
-            registry.render,
-            self.health,
-            self.readiness,
-            forward,
-            metrics_guard=self._metrics_refusal if settings.http.metrics_auth == "admin" else None,
+        guard = metrics_guard(
+            settings.http.metrics_auth, self.authorizer, self.enforcement.refusals
         )
-
-        async def close_metrics(_: web.Application) -> None:
-            registry.close()
-
-        app.on_cleanup.append(close_metrics)
+        app = create_app(registry.render, self.health, self.readiness, forward, guard)
+        app.on_cleanup.append(registry.on_cleanup)
         store = self.admin.store
         assert self.password_checks is not None  # made with the Kafka listener's security
         authenticator = HttpAuthenticator(
@@ -404,19 +391,6 @@ class Server:
             raise _cannot_listen("http", settings.http_host, settings.http_port, error) from error
         http = self._runner.addresses[0]
         self.http_address = (str(http[0]), int(http[1]))
-
-    def _metrics_refusal(self, request: web.Request) -> web.Response | None:
-        """``[http] metrics_auth = "admin"``: ``/metrics`` needs what the HTTP admin API needs."""
-        refusal = self.authorizer.http_admin_request_refusal(request)
-        if refusal is None:
-            return None
-        self.enforcement.refusals.count("metrics", "metrics_auth")
-        headers = {"WWW-Authenticate": 'Bearer realm="kip714"'} if refusal.status == 401 else None
-        return web.Response(
-            status=refusal.status,
-            text=f"{refusal.status} /metrics ([http] metrics_auth = admin): {refusal.message}",
-            headers=headers,
-        )
 
     @property
     def metastore(self) -> MetadataBackend | None:
@@ -551,26 +525,7 @@ class Server:
             if problem is not None:
                 reasons.append(problem)
         self._note_failures()
-        return [self._public_reason(reason) for reason in reasons]
-
-    def _public_reason(self, reason: str) -> str:
-        """``reason``'s first line, for anyone who asks; the whole text (a traceback) to the log.
-
-        ``/readyz`` and ``/healthz`` answer unauthenticated: a worker's
-        traceback names files, versions and data an outsider has no use for.
-        Each distinct full text is logged once (at most :data:`_LOGGED_REASONS`
-        of them are remembered).
-        """
-        first, newline, _ = reason.partition("\n")
-        if not newline:
-            return reason
-        if reason not in self._logged_reasons:
-            if len(self._logged_reasons) >= _LOGGED_REASONS:
-                self._logged_reasons.clear()
-            self._logged_reasons.add(reason)
-            _log.error("not ready: %s", reason)
-        first = first.rstrip().removesuffix("Traceback (most recent call last):").rstrip(" :")
-        return f"{first} (details in the server log)"
+        return self._public_reasons(reasons)
 
     def reload_config(self) -> None:
         """SIGHUP: re-read subscriptions, quotas and limits from the config file.

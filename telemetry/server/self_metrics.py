@@ -32,6 +32,8 @@ from telemetry.server.exporter_host import EXPORT_BUCKETS_S
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
+    from aiohttp import web
+
     from exporters.retention import PeriodicRetention
     from telemetry.core.manager import TelemetryManager
     from telemetry.ingest import IngestLog
@@ -352,6 +354,10 @@ class SelfMetrics:
     def close(self) -> None:
         """Drop a render not yet started; a running one finishes on its own."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def on_cleanup(self, _: web.Application) -> None:
+        """The HTTP app's cleanup: :meth:`close`."""
+        self.close()
 
 
 class _Gathered(Collector):
