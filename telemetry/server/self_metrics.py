@@ -373,10 +373,3 @@ def _render(families: list[Metric], accept: str | None) -> tuple[bytes, str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Gathered(families))
     return encoder(registry), content_type
-
-
-def make_registry(collector: Collector) -> CollectorRegistry:
-    """A registry of our own: never the process-global one, so tests and servers don't mix."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return registry
