@@ -66,6 +66,8 @@ class PasswordChecks:
         self.max_queued = max_queued
         #: Checks submitted and not yet done (running or waiting); counted on the event loop.
         self.pending = 0
+        #: The most ever pending at once (``threads + max_queued`` at most where doors check).
+        self.peak_pending = 0
         self.stats = PasswordCheckStats()
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="kip714-password-check")
@@ -80,6 +82,7 @@ class PasswordChecks:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, self._counted, check, *args)
         self.pending += 1
+        self.peak_pending = max(self.peak_pending, self.pending)
         future.add_done_callback(self._done)
         return future
 
