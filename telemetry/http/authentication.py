@@ -203,6 +203,11 @@ class HttpAuthenticator:
     def memo_entries(self) -> int:
         return len(self._memo)
 
+    def work(self) -> dict[tuple[str, int], int]:
+        """A copy of :attr:`BasicStats.work` (counted on the password-check threads)."""
+        with self._work_lock:
+            return dict(self.stats.work)
+
     def forget_all(self) -> None:
         """Forget every remembered credential (SIGHUP: the next request of each client hashes)."""
         self._memo.clear()

@@ -55,7 +55,7 @@ from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
 from telemetry.server.public_answers import PublicReasons, metrics_guard
-from telemetry.server.self_metrics import SelfMetrics, ServerCollector
+from telemetry.server.self_metrics import BasicAuthCollector, SelfMetrics, ServerCollector
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -358,6 +358,7 @@ class Server:
             max_body_bytes=settings.telemetry.max_bytes,
         )
         self.http_authenticator = authenticator
+        registry.register(BasicAuthCollector(authenticator))
         add_ingest_routes(app, ingest, authenticator)
         add_admin_routes(
             app,

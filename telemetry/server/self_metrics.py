@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from exporters.retention import PeriodicRetention
     from telemetry.core.manager import TelemetryManager
+    from telemetry.http.authentication import HttpAuthenticator
     from telemetry.ingest import IngestLog
     from telemetry.kafka.listener import KafkaListener
     from telemetry.server.exporter_host import ExporterHost
@@ -319,6 +320,40 @@ def _numeric_fields(stats: object) -> list[tuple[str, float]]:
         if isinstance(value, int | float) and not isinstance(value, bool):
             values.append((name, float(value)))
     return values
+
+
+class BasicAuthCollector(Collector):
+    """HTTP Basic on the ingestion routes: hashes by kind and cost, and what the memo saved."""
+
+    def __init__(self, authenticator: HttpAuthenticator) -> None:
+        self.authenticator = authenticator
+
+    def collect(self) -> Iterable[Metric]:
+        authenticator = self.authenticator
+        stats = authenticator.stats
+        hashes = CounterMetricFamily(
+            "kip714_http_basic_hashes",
+            "Password hashes HTTP Basic computed, by kind (PLAIN's PBKDF2 or a SCRAM mechanism) "
+            "and iteration count, unknown users' dummies included.",
+            labels=["kind", "iterations"],
+        )
+        for (kind, iterations), count in sorted(authenticator.work().items()):
+            hashes.add_metric([kind, str(iterations)], count)
+        yield hashes
+        remembered = CounterMetricFamily(
+            "kip714_http_basic_remembered",
+            "HTTP Basic requests served from a remembered credential (no hash), and remembered "
+            "credentials dropped because the user's credential changed or went.",
+            labels=["event"],
+        )
+        remembered.add_metric(["hit"], stats.memo_hits)
+        remembered.add_metric(["invalidated"], stats.memo_invalidated)
+        yield remembered
+        yield GaugeMetricFamily(
+            "kip714_http_basic_remembered_credentials",
+            "Credentials remembered now (at most 10,000, each for at most 60 s).",
+            value=authenticator.memo_entries,
+        )
 
 
 class SelfMetrics:

@@ -245,6 +245,11 @@ async def test_a_full_password_check_queue_answers_503_and_remembered_clients_st
         f"{float(refused)}" in metrics
     )
     assert legit and set(legit) == {200}
+    hits = re.search(r'^kip714_http_basic_remembered_total\{event="hit"\} (\S+)$', metrics, re.M)
+    assert hits is not None and float(hits[1]) >= len(legit)
+    assert (
+        'kip714_http_basic_hashes_total{iterations="400000",kind="PLAIN-PBKDF2-SHA256"}' in metrics
+    )
 
 
 SCRAM_ONLY = """
