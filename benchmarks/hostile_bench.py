@@ -26,6 +26,15 @@ an admin token), measurements each first idle then under attack:
 6. **``kip714 lake query "select 1"`` on a 7 M-row lake** (700,000 with
    ``--quick``) beside an empty lake: the tables are registered lazily, so
    the goal is at most 0.5 s and 300 MiB more.
+7. **Kafka RTT while ``/metrics`` is scraped** with 20,000 quota entities (OTLP
+   resources with their own ``service.name`` under a default byte quota): the
+   p99 of ApiVersions round trips during three concurrent scrape loops, beside
+   the idle p99, and the server's RSS growth during the scrapes (goals: < 100 ms,
+   < 64 MiB);
+8. **an HTTP Basic wrong-password flood**: 150 connections guessing a PLAIN
+   user's password on ``/v1/metrics``, beside the same client's proven (and
+   remembered) Basic requests and ApiVersions round trips, idle and during the
+   flood, with the RSS growth (goals: Kafka p99 < 100 ms, < 64 MiB).
 
     python3 benchmarks/hostile_bench.py          # about a minute
     python3 benchmarks/hostile_bench.py --quick  # fewer attackers and bombs
@@ -35,8 +44,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
+import multiprocessing
 import os
 import re
 import socket
@@ -47,7 +58,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import aiohttp
 
@@ -60,8 +71,12 @@ from telemetry.wire.config_messages import DescribeConfigsRequest, DescribeConfi
 from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.telemetry.http.test_http_memory import json_bomb
+from tests.telemetry.http.test_http_otlp import otlp_request, resource_metrics
 from tests.telemetry.kafka_wire_client import WireClient, zstd_stream
 from tests.telemetry.server.test_decoded_bounds import empty_gauge_points
+
+if TYPE_CHECKING:
+    from multiprocessing import Queue
 
 HOST: Final = "127.0.0.1"
 TOKEN: Final = "bench-token"
@@ -74,6 +89,8 @@ def _config() -> str:
     return (
         '[subscriptions.bench]\nmetrics = ["*"]\n'
         f'[admin]\ntoken = "{TOKEN}"\n'
+        # A default byte quota: every client id (an OTLP resource's service.name) is an entity.
+        '[[quotas.clients]]\nclient_id = "<default>"\npush_byte_rate = 1000000000\n'
         "[security]\nallow_anonymous = true\n"
         f'[security.plain_users]\nbench = "{secret}"\n'
         # Row 4's sender: 10 KB/s as sent and decoded.
@@ -425,6 +442,139 @@ def select_one_on_a_big_lake(workdir: Path, rows: int) -> tuple[tuple[float, flo
     return _select_one(empty), _select_one(big)
 
 
+def _rss_mib(server: Server) -> float:
+    assert server.proc is not None
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+    found = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return int(found[1]) / 1024 if found else 0.0
+
+
+async def _peak_rss_mib(server: Server, stop: asyncio.Event) -> float:
+    peak = _rss_mib(server)
+    while not stop.is_set():
+        await asyncio.sleep(0.05)
+        peak = max(peak, _rss_mib(server))
+    return peak
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
+
+
+async def _make_entities(server: Server, entities: int) -> None:
+    url = f"http://{HOST}:{server.http}/v1/metrics"
+    headers = {"Content-Type": "application/x-protobuf"}
+    async with aiohttp.ClientSession() as session:
+        for first in range(0, entities, 1000):
+            body = otlp_request(
+                *(
+                    resource_metrics({"service.name": f"e{n}"}, "m", 1)
+                    for n in range(first, first + 1000)
+                )
+            )
+            async with session.post(url, data=body, headers=headers) as response:
+                await response.read()
+
+
+async def metrics_scrapes(server: Server, entities: int) -> tuple[float, float, float, int]:
+    """Item 6: Kafka RTT p99 idle and during /metrics scrapes; RSS growth; the largest page."""
+    await _make_entities(server, entities)
+    stop = asyncio.Event()
+    idle = _p99(await _rtts(server, stop, 200))
+    before = _rss_mib(server)
+    sizes: list[int] = []
+
+    async def scrape(session: aiohttp.ClientSession) -> None:
+        for _ in range(3):
+            async with session.get(f"http://{HOST}:{server.http}/metrics") as response:
+                sizes.append(len(await response.read()))
+
+    measuring = asyncio.ensure_future(_rtts(server, stop, 100_000))
+    watching = asyncio.ensure_future(_peak_rss_mib(server, stop))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await asyncio.gather(*(scrape(session) for _ in range(3)))
+    stop.set()
+    attacked = _p99(await measuring)
+    return idle, attacked, await watching - before, max(sizes)
+
+
+def _basic(password: str) -> dict[str, str]:
+    token = base64.b64encode(f"bench:{password}".encode()).decode()
+    return {"Content-Type": "application/x-protobuf", "Authorization": f"Basic {token}"}
+
+
+async def _legit_basic_ms(
+    server: Server, stop: asyncio.Event, count: int, body: bytes
+) -> list[float]:
+    url = f"http://{HOST}:{server.http}/v1/metrics"
+    latencies = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(count):
+            if stop.is_set():
+                break
+            started = time.perf_counter()
+            async with session.post(url, data=body, headers=_basic("right")) as response:
+                await response.read()
+                assert response.status == 200, response.status
+            latencies.append((time.perf_counter() - started) * 1000)
+            await asyncio.sleep(0.02)
+    return latencies
+
+
+async def _guessing(url: str, stop_at: float, body: bytes, statuses: list[int]) -> None:
+    guess = 0
+    while time.monotonic() < stop_at:
+        guess += 1
+        with contextlib.suppress(aiohttp.ClientError, OSError):
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(url, data=body, headers=_basic(f"guess-{guess}")) as response,
+            ):
+                await response.read()
+                statuses.append(response.status)
+
+
+def _guessers(url: str, attackers: int, seconds: float, answers: Queue[dict[int, int]]) -> None:
+    """In a process of its own, so the attackers' client work does not skew the probes."""
+    body = otlp_request(resource_metrics({"service.name": "basic-bench"}, "m", 1))
+    statuses: list[int] = []
+
+    async def flood() -> None:
+        stop_at = time.monotonic() + seconds
+        await asyncio.gather(*(_guessing(url, stop_at, body, statuses) for _ in range(attackers)))
+
+    asyncio.run(flood())
+    answers.put({status: statuses.count(status) for status in sorted(set(statuses))})
+
+
+async def basic_flood(
+    server: Server, attackers: int, seconds: float
+) -> tuple[float, float, float, float, float, dict[int, int]]:
+    """Item 8: Kafka RTT p99 and a proven Basic client's p99, idle and during a guessing flood."""
+    body = otlp_request(resource_metrics({"service.name": "basic-bench"}, "m", 1))
+    stop = asyncio.Event()
+    await _legit_basic_ms(server, stop, 1, body)  # proven once, then remembered
+    idle_rtt = _p99(await _rtts(server, stop, 200))
+    idle_basic = _p99(await _legit_basic_ms(server, stop, 50, body))
+    before = _rss_mib(server)
+    spawn = multiprocessing.get_context("spawn")
+    answers: Queue[dict[int, int]] = spawn.Queue()
+    url = f"http://{HOST}:{server.http}/v1/metrics"
+    flood = spawn.Process(target=_guessers, args=(url, attackers, seconds + 1.0, answers))
+    flood.start()
+    watching = asyncio.ensure_future(_peak_rss_mib(server, stop))
+    await asyncio.sleep(1.0)  # the flood is under way: checks queued and hashing
+    measuring = asyncio.ensure_future(_rtts(server, stop, 100_000))
+    legit = asyncio.ensure_future(_legit_basic_ms(server, stop, 100_000, body))
+    await asyncio.sleep(seconds - 0.5)
+    stop.set()
+    attacked_rtt, attacked_basic = _p99(await measuring), _p99(await legit)
+    counts = await asyncio.to_thread(answers.get, True, 120)
+    await asyncio.to_thread(flood.join, 30)
+    return idle_rtt, attacked_rtt, idle_basic, attacked_basic, await watching - before, counts
+
+
 async def run(quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="kip714-hostile-") as workdir:
         server = Server(Path(workdir))
@@ -461,6 +611,25 @@ async def run(quick: bool) -> None:
                 f"{bombs['throttled']:.0f}, held (muted) {bombs['held']:.0f}, refused "
                 f"{bombs['refused']:.0f}; skipped whole by the landing {bombs['skipped']:.0f}, "
                 f"rows landed {bombs['rows']:.0f}   (goal: 0 rows)"
+            )
+            idle, attacked, grown, page = await metrics_scrapes(server, 20_000)
+            print(
+                f"Kafka RTT p99:     idle {idle:8.2f} ms   during /metrics scrapes of 20,000 "
+                f"entities {attacked:8.2f} ms   (goal < 100); RSS +{grown:.0f} MiB (goal < 64); "
+                f"page {page / 1024:.0f} KiB"
+            )
+            seconds = 5.0 if quick else 20.0
+            rtt, rtt_flood, basic, basic_flood_ms, grown, statuses = await basic_flood(
+                server, 150, seconds
+            )
+            print(
+                f"Kafka RTT p99:     idle {rtt:8.2f} ms   during a 150-connection Basic "
+                f"wrong-password flood {rtt_flood:8.2f} ms   (goal < 100); RSS +{grown:.0f} MiB "
+                f"(goal < 64)"
+            )
+            print(
+                f"Basic client p99:  idle {basic:8.2f} ms   during the flood "
+                f"{basic_flood_ms:8.2f} ms   (flood answers: {statuses})"
             )
         finally:
             server.stop()

@@ -163,9 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve_command(arguments: list[str]) -> int:
     from telemetry.cli.log_setup import configure_logging  # noqa: PLC0415 - see _DELEGATED
     from telemetry.errors import ConfigError  # noqa: PLC0415
-    from telemetry.server.startup import StartupError  # noqa: PLC0415
     from telemetry.server.config import load_settings  # noqa: PLC0415
     from telemetry.server.data_dir_lock import DataDirLockedError  # noqa: PLC0415
+    from telemetry.server.startup import StartupError  # noqa: PLC0415
 
     parser = build_parser()
     args = parser.parse_args(arguments)

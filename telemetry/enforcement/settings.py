@@ -7,7 +7,8 @@ entity config keys of ``kafka-configs.sh`` with ``producer_byte_rate`` read as
 ``max.connections.per.ip``, ``max.connection.creation.rate``,
 ``connections.max.idle.ms`` and ``queued.max.request.bytes``;
 ``partial_frame_timeout_ms`` has no Kafka counterpart (how long a started
-Kafka frame may take to arrive whole).
+Kafka frame may take to arrive whole), nor ``max_entity_series`` (how many
+quota entities ``/metrics`` shows one by one).
 
 An entity names a ``user``, a ``client_id`` or both; ``"<default>"`` is the
 default at that level and an absent key means "not part of the entity", as
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_IP",
     "DEFAULT_MAX_CONNECTION_CREATION_RATE",
+    "DEFAULT_MAX_ENTITY_SERIES",
     "DEFAULT_PARTIAL_FRAME_TIMEOUT_MS",
     "DEFAULT_QUEUED_MAX_REQUEST_BYTES",
     "ClientQuotaSettings",
@@ -52,6 +54,7 @@ DEFAULT_MAX_CONNECTION_CREATION_RATE: Final = 1_000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS: Final = 600_000
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 104_857_600
 DEFAULT_PARTIAL_FRAME_TIMEOUT_MS: Final = 10_000
+DEFAULT_MAX_ENTITY_SERIES: Final = 10_000
 _INT32_MAX: Final = 2**31 - 1
 _CLIENT_QUOTA_KEYS: Final = (
     "push_byte_rate",
@@ -106,6 +109,8 @@ class LimitSettings:
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     #: A Kafka frame must arrive whole within this long of its first byte, or its connection closes.
     partial_frame_timeout_ms: int = DEFAULT_PARTIAL_FRAME_TIMEOUT_MS
+    #: Quota entities with series of their own on ``/metrics``; the rest are summed as ``<other>``.
+    max_entity_series: int = DEFAULT_MAX_ENTITY_SERIES
 
 
 def parse_quotas(section: Mapping[str, Any]) -> QuotaSettings:

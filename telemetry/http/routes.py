@@ -45,9 +45,9 @@ def add_ingest_routes(
 
     app.on_cleanup.append(close)
     routes = {
-        OTLP_ROUTE: otlp.handle,
-        GET_ROUTE: GetSubscriptionsHandler(ingest).handle,
-        PUSH_ROUTE: PushHandler(ingest).handle,
+        OTLP_ROUTE: (otlp.handle, "otlp"),
+        GET_ROUTE: (GetSubscriptionsHandler(ingest).handle, "http"),
+        PUSH_ROUTE: (PushHandler(ingest).handle, "http"),
     }
-    for path, handler in routes.items():
-        app.router.add_post(path, authenticator.guard(handler) if authenticator else handler)
+    for path, (handler, door) in routes.items():
+        app.router.add_post(path, authenticator.guard(handler, door) if authenticator else handler)

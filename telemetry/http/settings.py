@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from telemetry import toml_checks as toml
+from telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -15,21 +16,34 @@ DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 
 
 #: ``[http]`` keys this module parses (``listen`` and ``tls`` belong to the server and security).
-HTTP_LIMIT_KEYS: Final = frozenset({"header_timeout_ms", "body_timeout_ms", "memory_wait_ms"})
+HTTP_LIMIT_KEYS: Final = frozenset(
+    {"header_timeout_ms", "body_timeout_ms", "memory_wait_ms", "metrics_auth"}
+)
+#: ``[http] metrics_auth``: who may read ``/metrics``.
+METRICS_AUTH_VALUES: Final = ("none", "admin")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HttpLimits:
     """``[http]``: how long a request's headers and body may take (telemetry.http.connections),
-    and how long a request waits for request memory before a 503 (telemetry.http.memory)."""
+    how long a request waits for request memory before a 503 (telemetry.http.memory), and
+    who may read ``/metrics``."""
 
     header_timeout_ms: int = 10_000
     body_timeout_ms: int = 60_000
     memory_wait_ms: int = 5_000
+    #: ``"none"``: ``/metrics`` is open; ``"admin"``: it needs what the HTTP admin API needs.
+    metrics_auth: str = "none"
 
 
 def parse_http_limits(section: Mapping[str, Any]) -> HttpLimits:
+    metrics_auth = toml.string("http.metrics_auth", section.get("metrics_auth", "none"))
+    if metrics_auth not in METRICS_AUTH_VALUES:
+        raise ConfigError(
+            "http.metrics_auth", metrics_auth, f"expected one of {', '.join(METRICS_AUTH_VALUES)}"
+        )
     return HttpLimits(
+        metrics_auth=metrics_auth,
         header_timeout_ms=toml.integer(
             "http.header_timeout_ms", section.get("header_timeout_ms", 10_000), 1
         ),

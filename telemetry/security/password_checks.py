@@ -6,7 +6,11 @@ wrong passwords queues ahead of the metadata store's appends, the exporters'
 reads and commits; run on the loop, it stalls every connection. So checks
 run on ``[security] password_check_threads`` threads of their own (default
 1: a flood costs at most one core), and a check whose connection has closed
-is dropped from the queue before it costs anything.
+is dropped from the queue before it costs anything. The queue itself is
+bounded (``[security] password_check_queue``, default 32 checks waiting
+beyond the running ones): a door that finds it full refuses at once (HTTP
+answers 503 with ``Retry-After``) instead of making every client wait
+behind a flood.
 
 An unknown user costs the same as a known one: the password is hashed
 against a dummy credential with the users' iteration count, so timing does
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_PASSWORD_CHECK_THREADS: Final = 1
+#: Checks that may wait for a thread beyond those running (``[security] password_check_queue``).
+DEFAULT_PASSWORD_CHECK_QUEUE: Final = 32
 DEFAULT_FAILED_AUTHENTICATION_DELAY_MS: Final = 100
 """Kafka's ``connection.failed.authentication.delay.ms`` default."""
 
@@ -47,18 +53,41 @@ class PasswordCheckStats:
 class PasswordChecks:
     """A bounded pool for password checks; :meth:`close` at shutdown."""
 
-    def __init__(self, threads: int = DEFAULT_PASSWORD_CHECK_THREADS) -> None:
+    def __init__(
+        self,
+        threads: int = DEFAULT_PASSWORD_CHECK_THREADS,
+        max_queued: int = DEFAULT_PASSWORD_CHECK_QUEUE,
+    ) -> None:
         if threads < 1:
             raise ValueError(f"password_check_threads must be >= 1: {threads}")
+        if max_queued < 0:
+            raise ValueError(f"password_check_queue must be >= 0: {max_queued}")
         self.threads = threads
+        self.max_queued = max_queued
+        #: Checks submitted and not yet done (running or waiting); counted on the event loop.
+        self.pending = 0
+        #: The most ever pending at once (``threads + max_queued`` at most where doors check).
+        self.peak_pending = 0
         self.stats = PasswordCheckStats()
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="kip714-password-check")
 
+    @property
+    def full(self) -> bool:
+        """Whether a new check would wait behind ``max_queued`` others: refuse it instead."""
+        return self.pending >= self.threads + self.max_queued
+
     def run(self, check: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """Run ``check(*args)`` on the pool; cancelling the future drops a queued check."""
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._executor, self._counted, check, *args)
+        future = loop.run_in_executor(self._executor, self._counted, check, *args)
+        self.pending += 1
+        self.peak_pending = max(self.peak_pending, self.pending)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _: asyncio.Future[T]) -> None:
+        self.pending -= 1
 
     def _counted(self, check: Callable[..., T], *args: object) -> T:
         stats = self.stats

@@ -121,6 +121,8 @@ class SecuritySettings:
     super_users: tuple[str, ...] = ()
     #: Threads that compute password hashes (PLAIN, HTTP Basic): the CPU a flood can take.
     password_check_threads: int = 1
+    #: Checks that may wait for a password-check thread; over it HTTP Basic answers 503.
+    password_check_queue: int = 32
     #: Kafka's ``connection.failed.authentication.delay.ms``: a failure is answered this late.
     failed_authentication_delay_ms: int = 100
     kafka_tls: TlsSettings | None = None
@@ -143,6 +145,7 @@ _SECURITY_KEYS = {
     "connections_max_reauth_ms",
     "super_users",
     "password_check_threads",
+    "password_check_queue",
     "failed_authentication_delay_ms",
 }
 
@@ -198,6 +201,9 @@ def parse_security(
         super_users=tuple(super_users),
         password_check_threads=toml.integer(
             "security.password_check_threads", found.get("password_check_threads", 1), 1
+        ),
+        password_check_queue=toml.integer(
+            "security.password_check_queue", found.get("password_check_queue", 32), 0
         ),
         failed_authentication_delay_ms=toml.integer(
             "security.failed_authentication_delay_ms",

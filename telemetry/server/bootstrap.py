@@ -55,7 +55,8 @@ from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import CONSUMER_PREFIX, ExporterHost
 from telemetry.server.lake_rollups import lake_rollup_retention
-from telemetry.server.self_metrics import ServerCollector, make_registry
+from telemetry.server.public_answers import PublicReasons, metrics_guard
+from telemetry.server.self_metrics import BasicAuthCollector, SelfMetrics, ServerCollector
 from telemetry.server.startup import (
     StartupError,
     cannot_listen,
@@ -142,6 +143,10 @@ class Server:
         self.http_connections: HttpConnectionStats | None = None
         #: The pool every password hash runs on (SASL/PLAIN, HTTP Basic).
         self.password_checks: PasswordChecks | None = None
+        #: HTTP Basic on the ingestion routes (its memo is dropped on SIGHUP).
+        self.http_authenticator: HttpAuthenticator | None = None
+        #: ``/readyz`` shows a reason's first line; a longer text goes to the log once.
+        self._public_reasons = PublicReasons()
         self.hosts: list[ExporterHost] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -202,7 +207,9 @@ class Server:
         assert self.admin is not None
         security = settings.security
         # One metadata store for the server: the admin plane opened it above.
-        self.password_checks = PasswordChecks(security.password_check_threads)
+        self.password_checks = PasswordChecks(
+            security.password_check_threads, security.password_check_queue
+        )
         kafka_security = KafkaSecurity(
             security,
             self.admin.store,
@@ -270,7 +277,7 @@ class Server:
             readiness=self.readiness,
             lake_rollup_retention=self.lake_rollup_retention,
         )
-        registry = make_registry(collector)
+        registry = SelfMetrics(collector)
         # The same client quotas as the Kafka listener's (SIGHUP applies to all).
         http_quotas = HttpQuotas(self.enforcement.clients)
         ingest = HttpIngest(
@@ -298,22 +305,29 @@ class Server:
             refusals=self.enforcement.refusals,
         )
         registry.register(ForwardCollector(forward.stats))
+        guard = metrics_guard(
+            settings.http.metrics_auth, self.authorizer, self.enforcement.refusals
+        )
         app = create_app(
-            registry,
+            registry.render,
             self.health,
             self.readiness,
             forward,
             exporters=lambda: {host.name: host.settings.type for host in self.hosts},
+            metrics_guard=guard,
         )
+        app.on_cleanup.append(registry.on_cleanup)
         store = self.admin.store
         assert self.password_checks is not None  # made with the Kafka listener's security
         authenticator = HttpAuthenticator(
             security,
-            lambda mechanism, user: store.image.scram_credentials.get(
-                (user, mechanism.mechanism_id)
-            ),
+            lambda: store.image.scram_credentials,
             self.password_checks,
+            refusals=self.enforcement.refusals,
+            max_body_bytes=settings.telemetry.max_bytes,
         )
+        self.http_authenticator = authenticator
+        registry.register(BasicAuthCollector(authenticator))
         add_ingest_routes(app, ingest, authenticator)
         add_admin_routes(
             app,
@@ -493,7 +507,7 @@ class Server:
             if problem is not None:
                 reasons.append(problem)
         self._note_failures()
-        return reasons
+        return self._public_reasons(reasons)
 
     def reload_config(self) -> None:
         """SIGHUP: re-read subscriptions, quotas and limits from the config file.
@@ -516,6 +530,8 @@ class Server:
         except Exception as error:
             _log.error("SIGHUP: keeping the current subscriptions, quotas and limits: %s", error)
             return
+        if self.http_authenticator is not None:  # Basic clients prove themselves afresh
+            self.http_authenticator.forget_all()
         _log.info(
             "SIGHUP: quotas and limits reloaded: %d client entities, %d ip entries",
             len(fresh.quotas.clients),

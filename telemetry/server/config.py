@@ -231,12 +231,18 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             f"must hold at least one maximal frame (kafka.max_frame_bytes + 4 = "
             f"{kafka.max_frame_bytes + 4})",
         )
+    http = parse_http_limits(http_section)
+    admin = parse_admin(
+        toml.table("admin", document["admin"]) if "admin" in document else None, security
+    )
+    if http.metrics_auth == "admin" and admin.token is None:
+        raise ConfigError("http.metrics_auth", "admin", "needs [admin] token (the bearer token)")
     return Settings(
         data_dir=data_dir,
         kafka=kafka,
         http_host=http_host,
         http_port=http_port,
-        http=parse_http_limits(http_section),
+        http=http,
         telemetry=parse_telemetry(
             toml.section(
                 "telemetry",
@@ -270,9 +276,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         quotas=parse_quotas(toml.table("quotas", document.get("quotas", {}))),
         limits=limits,
         forward=parse_forward(toml.section("forward", document, {"token", "max_request_bytes"})),
-        admin=parse_admin(
-            toml.table("admin", document["admin"]) if "admin" in document else None, security
-        ),
+        admin=admin,
         security=security,
         meta=parse_meta(toml.table("meta", document.get("meta", {}))),
     )

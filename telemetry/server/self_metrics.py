@@ -9,7 +9,9 @@ prefix, base units, and ``_total`` for counters.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -19,18 +21,22 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporters.retention import RetentionStats
-from telemetry.enforcement.metrics import quota_families
+from telemetry.enforcement.metrics import gather_quota_families, quota_families
 from telemetry.ingest import FSYNC_BUCKETS_S
 from telemetry.server.exporter_host import EXPORT_BUCKETS_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
+    from aiohttp import web
+
     from exporters.retention import PeriodicRetention
     from telemetry.core.manager import TelemetryManager
+    from telemetry.http.authentication import HttpAuthenticator
     from telemetry.ingest import IngestLog
     from telemetry.kafka.listener import KafkaListener
     from telemetry.server.exporter_host import ExporterHost
@@ -68,10 +74,30 @@ class ServerCollector(Collector):
         self.lake_rollup_retention = lake_rollup_retention
         self.readiness = readiness
 
+    @property
+    def max_entity_series(self) -> int:
+        """``[limits] max_entity_series`` as it stands (SIGHUP changes it)."""
+        return self.listener.enforcement.limit_settings.max_entity_series
+
     def collect(self) -> Iterable[Metric]:
+        """Everything at once, on the caller's thread (``/metrics`` uses :meth:`gather`)."""
         yield from self._telemetry()
         yield from self._listener()
-        yield from quota_families(self.listener.enforcement, self.listener.clock())
+        yield from quota_families(
+            self.listener.enforcement, self.listener.clock(), self.max_entity_series
+        )
+        yield from self._rest()
+
+    async def gather(self) -> list[Metric]:
+        """:meth:`collect` on the event loop, the quota sensors a slice at a time."""
+        families = [*self._telemetry(), *self._listener()]
+        families += await gather_quota_families(
+            self.listener.enforcement, self.listener.clock, self.max_entity_series
+        )
+        families += self._rest()
+        return families
+
+    def _rest(self) -> Iterable[Metric]:
         yield from self._log()
         yield from self._exporters()
         yield from self._retention()
@@ -326,8 +352,89 @@ def _numeric_fields(stats: object) -> list[tuple[str, float]]:
     return values
 
 
-def make_registry(collector: Collector) -> CollectorRegistry:
-    """A registry of our own: never the process-global one, so tests and servers don't mix."""
+class BasicAuthCollector(Collector):
+    """HTTP Basic on the ingestion routes: hashes by kind and cost, and what the memo saved."""
+
+    def __init__(self, authenticator: HttpAuthenticator) -> None:
+        self.authenticator = authenticator
+
+    def collect(self) -> Iterable[Metric]:
+        authenticator = self.authenticator
+        stats = authenticator.stats
+        hashes = CounterMetricFamily(
+            "kip714_http_basic_hashes",
+            "Password hashes HTTP Basic computed, by kind (PLAIN's PBKDF2 or a SCRAM mechanism) "
+            "and iteration count, unknown users' dummies included.",
+            labels=["kind", "iterations"],
+        )
+        for (kind, iterations), count in sorted(authenticator.work().items()):
+            hashes.add_metric([kind, str(iterations)], count)
+        yield hashes
+        remembered = CounterMetricFamily(
+            "kip714_http_basic_remembered",
+            "HTTP Basic requests served from a remembered credential (no hash), and remembered "
+            "credentials dropped because the user's credential changed or went.",
+            labels=["event"],
+        )
+        remembered.add_metric(["hit"], stats.memo_hits)
+        remembered.add_metric(["invalidated"], stats.memo_invalidated)
+        yield remembered
+        yield GaugeMetricFamily(
+            "kip714_http_basic_remembered_credentials",
+            "Credentials remembered now (at most 10,000, each for at most 60 s).",
+            value=authenticator.memo_entries,
+        )
+
+
+class SelfMetrics:
+    """The server's collectors, gathered on the event loop and rendered on a thread of their own.
+
+    Every collector reads state the event loop mutates (plain counters,
+    quota sensors whose measurement purges samples), so gathering stays on
+    the loop: cheap collectors at once, the quota sensors a slice at a time
+    (:meth:`ServerCollector.gather`). What is gathered is plain data, so the
+    text (8 MB with 100,000 quota entities before ``max_entity_series``) is
+    rendered on one thread of its own, never on the loop nor on its default
+    executor; one scrape renders at a time and the others wait their turn.
+    """
+
+    def __init__(self, server: ServerCollector) -> None:
+        self.server = server
+        self.collectors: list[Collector] = []
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="kip714-metrics")
+        self._turn = asyncio.Lock()
+
+    def register(self, collector: Collector) -> None:
+        self.collectors.append(collector)
+
+    async def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition text for an ``Accept`` header, and its content type."""
+        async with self._turn:
+            families = await self.server.gather()
+            for collector in self.collectors:
+                families.extend(collector.collect())
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, _render, families, accept)
+
+    def close(self) -> None:
+        """Drop a render not yet started; a running one finishes on its own."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def on_cleanup(self, _: web.Application) -> None:
+        """The HTTP app's cleanup: :meth:`close`."""
+        self.close()
+
+
+class _Gathered(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def _render(families: list[Metric], accept: str | None) -> tuple[bytes, str]:
+    encoder, content_type = choose_encoder(accept or "")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return registry
+    registry.register(_Gathered(families))
+    return encoder(registry), content_type

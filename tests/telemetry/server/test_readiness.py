@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import traceback
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from exporters import registry
+from exporters.testing import InMemoryExporter
 from telemetry.ingest import LogClosedError
 from tests.telemetry.ingest.support import context, payload
 from tests.telemetry.server_support import (
@@ -20,6 +23,7 @@ from tests.telemetry.server_support import (
 from tests.telemetry.tiny_fs import fill, resize, tiny_fs
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 CONFIG = """
@@ -111,3 +115,36 @@ async def test_readyz_reports_a_failing_exporter_once_and_recovers_when_the_disk
             assert any("exporter out recovered" in r.getMessage() for r in caplog.records)
             assert {"before.full", *acknowledged} <= exported_names(out)
         assert not server.failures  # failing for a while is not a failure at exit
+
+
+class _BrokenLanding(InMemoryExporter):
+    """A landing whose worker failed: it reports the worker's traceback, as the landings do."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /) -> None:
+        super().__init__(config)
+        try:
+            raise ValueError("boom at /srv/secret/worker.py")
+        except ValueError:
+            self.failure = f"landing stopped: worker failed: {traceback.format_exc()}"
+
+
+async def test_readyz_answers_a_reason_and_leaves_the_traceback_to_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="telemetry.server.bootstrap")
+    registry.register("broken-landing", _BrokenLanding)
+    try:
+        async with running(tmp_path, '[exporters.broken]\ntype = "broken-landing"\n') as server:
+            body = await ready_is(server, 503)
+            _, health = await get(server, "/healthz")
+    finally:
+        registry.unregister("broken-landing")
+    (reason,) = body["reasons"]
+    assert reason.startswith("exporter broken has failed: landing stopped: worker failed")
+    for answered in (reason, *health["reasons"]):
+        assert "Traceback" not in answered
+        assert "File " not in answered
+        assert "/srv/secret" not in answered
+        assert "\n" not in answered
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("Traceback (most recent call last)" in m and "/srv/secret" in m for m in logged)
