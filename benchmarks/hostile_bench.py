@@ -263,6 +263,11 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
+def _server_rss_mib(server: Server) -> float:
+    assert server.proc is not None
+    return _rss_mib(server.proc.pid)
+
+
 def _stall(port: int, count: int) -> list[socket.socket]:
     """``count`` connections from HOST, each sending what fits of an 8 MiB frame's first MiB."""
     data = SIZE_PREFIX.pack(8 * 1024 * 1024) + b"\x01" * (1024 * 1024)
@@ -442,24 +447,12 @@ def select_one_on_a_big_lake(workdir: Path, rows: int) -> tuple[tuple[float, flo
     return _select_one(empty), _select_one(big)
 
 
-def _rss_mib(server: Server) -> float:
-    assert server.proc is not None
-    status = Path(f"/proc/{server.proc.pid}/status").read_text()
-    found = re.search(r"VmRSS:\s+(\d+) kB", status)
-    return int(found[1]) / 1024 if found else 0.0
-
-
 async def _peak_rss_mib(server: Server, stop: asyncio.Event) -> float:
-    peak = _rss_mib(server)
+    peak = _server_rss_mib(server)
     while not stop.is_set():
         await asyncio.sleep(0.05)
-        peak = max(peak, _rss_mib(server))
+        peak = max(peak, _server_rss_mib(server))
     return peak
-
-
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
 
 
 async def _make_entities(server: Server, entities: int) -> None:
@@ -482,7 +475,7 @@ async def metrics_scrapes(server: Server, entities: int) -> tuple[float, float, 
     await _make_entities(server, entities)
     stop = asyncio.Event()
     idle = _p99(await _rtts(server, stop, 200))
-    before = _rss_mib(server)
+    before = _server_rss_mib(server)
     sizes: list[int] = []
 
     async def scrape(session: aiohttp.ClientSession) -> None:
@@ -557,7 +550,7 @@ async def basic_flood(
     await _legit_basic_ms(server, stop, 1, body)  # proven once, then remembered
     idle_rtt = _p99(await _rtts(server, stop, 200))
     idle_basic = _p99(await _legit_basic_ms(server, stop, 50, body))
-    before = _rss_mib(server)
+    before = _server_rss_mib(server)
     spawn = multiprocessing.get_context("spawn")
     answers: Queue[dict[int, int]] = spawn.Queue()
     url = f"http://{HOST}:{server.http}/v1/metrics"

@@ -93,7 +93,7 @@ def test_strings_encoded_once_per_client_still_round_trip_past_the_cache_bound()
             assert record.client_id == f"client-{seq}-é"
             assert record.client_source_address == ctx.client_source_address
     for seq in range(clients):
-        record_module._ENCODED_STRINGS.get((f"i{seq}", "OTLP", None, None, None, None, None))
+        record_module._ENCODED_STRINGS.get((f"i{seq}", "OTLP", None, None, None, None, None, None))
     assert len(record_module._ENCODED_STRINGS.entries) <= record_module._ENCODED_STRINGS.max_entries
 
 

@@ -21,8 +21,8 @@ from telemetry.metastore import (
 )
 from telemetry.security import ScramMechanism, derive_credential, salted_password
 from telemetry.security.settings import SecuritySettings
-from telemetry.server.bootstrap import describe_security, warn_about_exposure
 from telemetry.server.config import Settings, load_settings
+from telemetry.server.startup import describe_security, warn_about_exposure
 from telemetry.wire import ApiKey, MetadataRequest, MetadataResponse
 from telemetry.wire.admin_apis import AdminApiKey, decode_admin_response, encode_admin_request
 from telemetry.wire.headers import RequestHeader
