@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from durable.fs import fsync_dir
 from telemetry.ingest.config import LogConfig
+from telemetry.ingest.decoded_backlog import DecodedBacklog
 from telemetry.ingest.errors import (
     LogClosedError,
     LogCorruptionError,
@@ -51,10 +52,6 @@ logger = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
 _HINTS = 1024
-#: Offsets per mark of the pending decoded bytes: memory is one small tuple per
-#: this many unconsumed records, and a consumer's progress counts once it passes
-#: a whole group (the budget over-counts by at most one group).
-_MARK_RECORDS = 64
 
 
 class IngestLog:
@@ -97,12 +94,7 @@ class IngestLog:
         self._closed = asyncio.Event()
         self._close_task: asyncio.Future[None] | None = None
         self._refused_length = 0
-        #: (offset, decoded bytes appended up to and including it), oldest first,
-        #: for records appended since open that some consumer has not passed
-        #: (records recovered at open count by their disk size only, in ``max_bytes``).
-        self._decoded_marks: collections.deque[tuple[int, int]] = collections.deque()
-        self._decoded_appended = 0  # decoded bytes appended since open
-        self._decoded_passed = 0  # of those, what every consumer has passed
+        self._decoded = DecodedBacklog()  # [log] max_pending_decoded_bytes
         # Kept: asyncio.get_running_loop() costs a getpid() system call on Python 3.11,
         # and every append makes a future.
         self._loop = asyncio.get_running_loop()
@@ -201,7 +193,7 @@ class IngestLog:
             )
         if self._retained + self._pending_bytes + length > self._config.max_bytes:
             raise self._refuse(length)
-        pending_decoded = self._decoded_appended - self._decoded_passed
+        pending_decoded = self._decoded.pending
         if pending_decoded + size > self._config.max_pending_decoded_bytes:
             raise self._refuse_decoded(pending_decoded, size)
         if self.stats.full:
@@ -213,13 +205,8 @@ class IngestLog:
         self._pending_lengths.append(length)
         self._pending_futures.append(future)
         self._pending_bytes += length
-        self._decoded_appended += size
-        marks = self._decoded_marks
-        if marks and marks[-1][0] // _MARK_RECORDS == offset // _MARK_RECORDS:
-            marks[-1] = (offset, self._decoded_appended)  # one mark per 64 offsets: bounded
-        else:
-            marks.append((offset, self._decoded_appended))
-        self.stats.pending_decoded_bytes = self._decoded_appended - self._decoded_passed
+        self._decoded.add(offset, size)
+        self.stats.pending_decoded_bytes = self._decoded.pending
         if self._writer_idle:
             self._wakeup.set()  # a writer busy with a group takes this one next, unwoken
         return offset, future
@@ -268,10 +255,8 @@ class IngestLog:
         low = self._positions.minimum()
         if low is None:
             return
-        marks = self._decoded_marks
-        while marks and marks[0][0] < low:
-            self._decoded_passed = marks.popleft()[1]
-        self.stats.pending_decoded_bytes = self._decoded_appended - self._decoded_passed
+        self._decoded.passed_below(low)
+        self.stats.pending_decoded_bytes = self._decoded.pending
 
     async def _write_loop(self) -> None:
         """Write whatever is queued, group by group, until closed with nothing queued.

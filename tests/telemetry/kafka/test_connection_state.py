@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from telemetry.core.client_uuid import Uuid
-from telemetry.kafka.connection import MAX_INSTANCE_IDS, ConnectionState
+from telemetry.kafka.connection_state import MAX_INSTANCE_IDS, ConnectionState
 
 
 def test_every_push_of_an_instance_gets_the_same_id_object() -> None:
