@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from telemetry.admin.settings import AdminSettings
-    from telemetry.kafka.connection import ConnectionState
+    from telemetry.kafka.connection_state import ConnectionState
 
 __all__ = [
     "CLUSTER_AUTHORIZATION_FAILED_MESSAGE",

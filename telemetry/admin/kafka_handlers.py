@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from telemetry.admin.authorizer import Authorizer
     from telemetry.admin.plane import AdminPlane
     from telemetry.enforcement import ClientEntity, Enforcement
-    from telemetry.kafka.connection import ConnectionState
+    from telemetry.kafka.connection_state import ConnectionState
     from telemetry.kafka.table import ApiTable
     from telemetry.wire.admin_apis import AdminResponse
 

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from telemetry.enforcement import ClientQuotas
-    from telemetry.kafka.connection import ConnectionState, PendingResponse
+    from telemetry.kafka.connection import PendingResponse
+    from telemetry.kafka.connection_state import ConnectionState
     from telemetry.kafka.table import ApiTable
     from telemetry.metastore import MetadataImage, MetadataRecord
     from telemetry.metastore.backend import MetadataBackend

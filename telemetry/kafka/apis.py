@@ -25,7 +25,8 @@ from telemetry.enforcement import ANONYMOUS_USER, ClientEntity, Enforcement, Thr
 from telemetry.errors import ErrorCode
 from telemetry.ingress import RETRY_LATER_MS, Appended, Ingress, PushFields, PushLog
 from telemetry.kafka.authenticator import KafkaSecurity, security_api_name
-from telemetry.kafka.connection import CloseConnectionError, ConnectionState, PendingResponse
+from telemetry.kafka.connection import CloseConnectionError, PendingResponse
+from telemetry.kafka.connection_state import ConnectionState
 from telemetry.kafka.pending import Pending
 from telemetry.kafka.settings import KafkaListenerConfig
 from telemetry.kafka.table import ApiTable

@@ -47,7 +47,8 @@ from telemetry.wire.sasl_messages import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from telemetry.kafka.connection import ConnectionState, PendingResponse
+    from telemetry.kafka.connection import PendingResponse
+    from telemetry.kafka.connection_state import ConnectionState
     from telemetry.kafka.table import ApiSet, ApiTable
     from telemetry.metastore.backend import MetadataBackend
     from telemetry.security import ScramCredential

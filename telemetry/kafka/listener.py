@@ -46,12 +46,8 @@ from telemetry.enforcement import (
 )
 from telemetry.ingress import DECOMPRESSION_THREADS, lower_thread_priority, wall_clock_ms
 from telemetry.kafka.apis import KafkaApis
-from telemetry.kafka.connection import (
-    PARTIAL_FRAME_TIMEOUT,
-    ConnectionState,
-    KafkaConnection,
-    PendingResponse,
-)
+from telemetry.kafka.connection import PARTIAL_FRAME_TIMEOUT, KafkaConnection, PendingResponse
+from telemetry.kafka.connection_state import ConnectionState
 
 if TYPE_CHECKING:
     import socket

@@ -18,7 +18,8 @@ from telemetry.wire import ApiVersion
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from telemetry.kafka.connection import ConnectionState, PendingResponse
+    from telemetry.kafka.connection import PendingResponse
+    from telemetry.kafka.connection_state import ConnectionState
 
     #: (connection, request frame, perf_counter_ns at receipt) -> the answer, or a pending one.
     ApiHandler = Callable[[ConnectionState, bytes, int], tuple[bytes, int] | PendingResponse]

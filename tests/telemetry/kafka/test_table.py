@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry.kafka.connection import ConnectionState
+from telemetry.kafka.connection_state import ConnectionState
 from telemetry.kafka.table import ApiTable
 
 
