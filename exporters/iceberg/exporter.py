@@ -17,7 +17,7 @@ skips replayed offsets below it), so every push lands once even after
 SIGKILL between the Iceberg commit and the host's.
 
 A failed write or a commit that keeps losing the race stops the landing
-(fail-stop, as the Parquet landing): later ``export`` calls raise
+(fail-stop): later ``export`` calls raise
 ``TransientExportError`` and a restart resumes from the table. A commit in
 progress is finished before a cancellation is delivered
 (``run_to_completion``), so the exporter always knows whether it happened.
@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
-from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.iceberg import commits
+from exporters.iceberg.generations import GenerationLanding, age_timer, free_worker
+from exporters.iceberg.import_parquet import parquet_landing_position
 from exporters.iceberg.lake import lake_location, open_catalog, open_table, split_by_kind
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
-from exporters.iceberg.resume import parquet_landing_position
 from exporters.iceberg.rows import (
     COALESCE_BYTES,
     COALESCE_PUSHES,

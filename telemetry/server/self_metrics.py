@@ -21,7 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from exporters.retention import RetentionStats
+from exporters.iceberg.retention import RetentionStats
 from telemetry.enforcement.metrics import quota_families
 from telemetry.ingest import FSYNC_BUCKETS_S
 from telemetry.server.exporter_host import EXPORT_BUCKETS_S
@@ -29,7 +29,7 @@ from telemetry.server.exporter_host import EXPORT_BUCKETS_S
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from exporters.retention import PeriodicRetention
+    from exporters.iceberg.retention import PeriodicRetention
     from telemetry.core.manager import TelemetryManager
     from telemetry.ingest import IngestLog
     from telemetry.kafka.listener import KafkaListener

@@ -18,7 +18,7 @@ from exporters.iceberg.lanes import ProcessLane
 from exporters.iceberg.rows import write_data_file
 from exporters.iceberg.schema import INT64_MAX, lake_metrics_schema
 from exporters.otlp_rows import COLUMNS
-from exporters.parquet import ParquetExporter
+from tests.exporters.old_parquet import publish_old
 from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
 
 if TYPE_CHECKING:
@@ -156,17 +156,8 @@ def test_switching_from_a_parquet_landing_starts_after_its_last_publication(
 ) -> None:
     data = PRODUCER_PUSH.read_bytes()
 
-    async def parquet_landing() -> None:
-        landing = ParquetExporter({"path": str(tmp_path), "workers": 1})
-        landing.bind_log("log-1")
-        await landing.start()
-        try:
-            await landing.export([push(data, offset=i) for i in range(8)])
-            await landing.flush()
-        finally:
-            await landing.close()
-
-    asyncio.run(parquet_landing())
+    # A data directory the retired Parquet landing published offsets 0..7 of log-1 into.
+    publish_old(tmp_path, [push(data, offset=i) for i in range(8)], log_id="log-1")
     # The host replays from its own committed position, which may lag the landing.
     lake = run(tmp_path, [[push(data, offset=i) for i in range(12)]])
     assert lake.stats.replayed_pushes_skipped == 8
