@@ -100,7 +100,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     add = parser.add_argument
     add("--data-dir", help="kip714 data directory: the lake defaults to DIR/lake/")
-    add("--catalog-uri", help="the SQLite catalog file (default: DATA_DIR/lake/catalog.db)")
+    add(
+        "--catalog-uri",
+        help="the SQL catalog: a SQLite file or sqlite:///…, or a SQLAlchemy PostgreSQL URL "
+        "postgresql+psycopg://user:password@host:port/db (default: DATA_DIR/lake/catalog.db)",
+    )
     add("--warehouse", help="warehouse path or URI (default: DATA_DIR/lake/warehouse)")
     add("--namespace", default=DEFAULT_NAMESPACE, help="namespace of the kip714 tables")
     add("--from", dest="start", type=_time, help="first time to roll up (ISO-8601, UTC)")

@@ -141,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Commands with parsers of their own get their arguments untouched.
     if arguments and arguments[0] == "rollup":
         return rollup(arguments[1:])
+    if arguments and arguments[0] == "report":
+        return report(arguments[1:])
     if arguments and arguments[0] in _DELEGATED:
         module, function = _DELEGATED[arguments[0]].split(":")
         command: Callable[[list[str]], int] = getattr(import_module(module), function)
@@ -201,6 +203,18 @@ def rollup(argv: Sequence[str]) -> int:
         print(f"kip714 rollup: error: {error}", file=sys.stderr)
         return 2
     return job.main(job_argv)
+
+
+def report(argv: Sequence[str]) -> int:
+    """``kip714 report``, with ``--config FILE`` read as the rollups read it (its ``[lake]``)."""
+    try:
+        report_argv = rollup_argv(argv)
+    except RollupConfigError as error:
+        print(f"kip714 report: error: {error}", file=sys.stderr)
+        return 2
+    from report import main as report_main  # noqa: PLC0415 - see _DELEGATED
+
+    return report_main(report_argv)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:

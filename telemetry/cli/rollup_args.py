@@ -15,6 +15,10 @@ from pathlib import Path
 __all__ = ["RollupConfigError", "rollup_argv"]
 
 
+#: A SQLite file, or any SQLAlchemy PostgreSQL URL (``postgresql://``, ``postgresql+driver://``).
+_SQL_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+")
+
+
 class RollupConfigError(ValueError):
     """The config file cannot be read, or its ``[lake]`` names a catalog the job cannot use."""
 
@@ -24,9 +28,10 @@ def _catalog_uri(raw: object) -> str | None:
         return None
     uri = raw.get("uri") if isinstance(raw, dict) else raw
     kind = raw.get("type", "sql") if isinstance(raw, dict) else "sql"
-    if kind != "sql" or not isinstance(uri, str) or not uri.startswith("sqlite:///"):
+    if kind != "sql" or not isinstance(uri, str) or not uri.startswith(_SQL_SCHEMES):
         raise RollupConfigError(
-            f"lake.catalog: kip714 rollup reads a SQL catalog on SQLite (sqlite:///…), not {raw!r}"
+            "lake.catalog: the rollups and the report read a SQL catalog on SQLite "
+            f"(sqlite:///…) or PostgreSQL (postgresql+psycopg://…), not {raw!r}"
         )
     return uri
 

@@ -32,6 +32,7 @@ INSTANCE = "7f7b0d4e-1c0a-4e5e-9a53-1d5bb1a7a001"
 CONFIG = """
 [exporters.landing]
 type = "iceberg"
+drain_timeout_s = 60  # the last commit at SIGTERM, on a loaded machine
 [exporters.landing.options]
 path = "{landing}"
 max_file_age_s = 0.5
