@@ -12,16 +12,13 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from telemetry.errors import ErrorCode
 from tests.exporters.lake_support import read_table
-from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.serve_process import ServeProcess
 from tests.telemetry.server.landing_support import (
     POINTS_PER_PUSH,
     _push_until_stopped,
     wait_until,
 )
-from tests.telemetry.tiny_fs import fill, tiny_fs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,7 +27,6 @@ CONFIG = """
 [subscriptions.all]
 metrics = ["*"]
 "interval.ms" = 100
-{lake}
 [exporters.landing]
 type = "iceberg"
 drain_timeout_s = {drain}
@@ -40,10 +36,8 @@ max_pending_rows = {rows}
 """
 
 
-def config(drain: float, age: float = 0.3, rows: int = 150, warehouse: Path | None = None) -> str:
-    """The landing into the default lake, or with its warehouse at ``warehouse``."""
-    lake = "" if warehouse is None else f'[lake]\nwarehouse = "{warehouse}"'
-    return CONFIG.format(lake=lake, drain=drain, age=age, rows=rows)
+def config(drain: float, age: float = 0.3, rows: int = 150) -> str:
+    return CONFIG.format(drain=drain, age=age, rows=rows)
 
 
 def landed(data: Path) -> list[dict[str, Any]]:
@@ -113,54 +107,3 @@ def test_sigterm_under_load_with_a_tiny_drain_timeout_lands_every_push_exactly_o
     finally:
         final.kill()
     assert_each_push_landed_once(data, acknowledged)
-
-
-async def _push(server: ServeProcess, names: list[str]) -> set[str]:
-    client = await WireClient.connect(*server.kafka, client_id="probe")
-    acknowledged: set[str] = set()
-    try:
-        answer = await client.subscribe()
-        for name in names:
-            await asyncio.sleep(0.11)
-            response = await client.push(
-                answer.client_instance_id,
-                answer.subscription_id,
-                otlp_payload(name, points=POINTS_PER_PUSH),
-            )
-            if response.error_code == ErrorCode.NONE:
-                acknowledged.add(name)
-    finally:
-        await client.close()
-    return acknowledged
-
-
-def test_a_landing_that_fails_makes_readyz_503_and_sigterm_exit_1(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    with tiny_fs(tmp_path / "warehouse", 2 * 1024 * 1024) as warehouse:
-        text = config(drain=2.0, age=0.2, warehouse=warehouse)
-        server = ServeProcess(data, text).start()
-        try:
-            assert readyz(server) == (200, {"ready": True, "reasons": []})
-            filler = fill(warehouse)  # data files cannot be written any more
-            acknowledged = asyncio.run(_push(server, [f"full.{n}" for n in range(8)]))
-            assert len(acknowledged) == 8  # the log takes them; the landing cannot
-
-            def landing_failed() -> bool:
-                status, body = readyz(server)
-                return status == 503 and any("has failed" in r for r in body["reasons"])
-
-            assert wait_until(landing_failed, 30)
-            assert server.stop() == 1
-            (line,) = [e for e in server.events() if "exits with status 1" in e.get("event", "")]
-            assert "iceberg landing" in line["event"]
-        finally:
-            server.kill()
-        filler.unlink()
-        restarted = ServeProcess(data, text).start()
-        try:
-            assert readyz(restarted)[0] == 200
-            assert wait_until(lambda: acknowledged <= {r["metric_name"] for r in landed(data)}, 30)
-            assert restarted.stop() == 0
-        finally:
-            restarted.kill()
-        assert_each_push_landed_once(data, acknowledged)
