@@ -17,7 +17,7 @@ tells readiness when the exporter has failed, keeps failing, or is stalled.
 
 Stopping is bounded and never commits past what the exporter made durable:
 the drain and the final flush each get ``drain_timeout_s``; what is not done
-by then is cancelled (the Parquet landing then abandons its generation) and
+by then is cancelled (the landing then abandons its generation) and
 stays in the log for the next start.
 """
 
@@ -120,7 +120,7 @@ class ExporterHost:
         """Why this exporter is out of order until a restart, else ``None``.
 
         Its task died, or the exporter says it fail-stopped (an optional
-        ``failure: str | None`` attribute, as the Parquet landing has).
+        ``failure: str | None`` attribute).
         """
         if self.died is not None:
             return f"exporter {self.name}: its task died: {self.died}"
