@@ -1,15 +1,15 @@
-"""End-to-end ingest: simulated clients → ``kip714 serve`` → the landing (Iceberg or Parquet).
+"""End-to-end ingest: simulated clients → ``kip714 serve`` → the landing (an Iceberg table).
 
 The same load generator as ``ack_bench.py`` (``_loadgen``: librdkafka-shaped
 60-metric zstd pushes over the Kafka protocol, from worker processes) offers
 ``--rate`` pushes/s in an open loop to ``kip714 serve`` whose only exporter
-is the landing (``--landing iceberg``, the default, or ``parquet``). Printed:
+is the landing. Printed:
 
 * the single-process limit, in this same run, of decompress + parse +
   flatten of the same payloads: the reference flattener (``otlp_rows``, into
   Python columns) and the landing's own path (into an Arrow table);
 * sustained acknowledged pushes/s, and pushes/s and data points/s *landed*
-  (the landing's committed log position, i.e. data in published files),
+  (the landing's committed log position, i.e. data in committed snapshots),
   sampled every 0.5 s: landing lag (log end − landed position) at the end of
   the window and its maximum, p99 acknowledgement latency;
 * peak RSS of the server and of its landing workers;
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
-import pyarrow.parquet as pq
 import zstandard
+from pyiceberg.catalog import load_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -65,10 +65,11 @@ from _loadgen import (
 )
 
 from exporters.api import LoggedPush
+from exporters.iceberg.rows import LakeRows, LaneConfig
+from exporters.iceberg.schema import METRICS_TABLE
+from exporters.landing import fast
+from exporters.landing.flatten import flatten_to_table
 from exporters.otlp_rows import flatten_batch
-from exporters.parquet import fast, publish
-from exporters.parquet.flatten import flatten_to_table
-from exporters.parquet.worker import WorkerConfig, WorkerLanding
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -117,18 +118,18 @@ def distinct_payloads(count: int) -> list[bytes]:
 
 
 def bytes_per_point(payloads: list[bytes]) -> float:
-    """Parquet bytes per data point for these pushes, written the landing's way."""
+    """Parquet bytes per data point for these pushes, written the landing's way (one data file)."""
     decompressor = zstandard.ZstdDecompressor()
     pushes = [
         _with_payload(push, decompressor.decompress(data, max_output_size=1 << 24))
         for data, push in _pushes(payloads, len(payloads))
     ]
     with workdir() as root:
-        publish.prepare(root)
-        landing = WorkerLanding(WorkerConfig(str(root), 0, "b", False, None, 131_072))
-        landing.batch(pushes)
-        files = landing.seal(0, len(pushes) - 1)
-        return sum(f.size for f in files) / max(sum(f.rows for f in files), 1)
+        lane = LakeRows(LaneConfig(0, "bench", {METRICS_TABLE: f"file://{root}"}, {}, "b"))
+        lane.batch(pushes, 0, None)
+        files, _ = lane.write(0, len(pushes) - 1)
+        size = sum(Path(f.location.removeprefix("file://")).stat().st_size for f in files)
+        return size / max(sum(f.rows for f in files), 1)
 
 
 def flatten_limit(payloads: list[bytes], seconds: float) -> tuple[float, float]:
@@ -163,18 +164,11 @@ def _with_payload(push: LoggedPush, payload: bytes) -> LoggedPush:
 
 
 def server_config(landing: Path, args: argparse.Namespace) -> str:
-    if args.landing == "iceberg":
-        options = [
-            f"max_file_age_s = {args.file_age}",
-            f"max_pending_rows = {args.max_rows}",
-            f"workers = {args.workers}",
-        ]
-    else:
-        options = [
-            f"workers = {args.workers}",
-            f"max_file_age_s = {args.file_age}",
-            f"max_rows_per_file = {args.max_rows}",
-        ]
+    options = [
+        f"max_file_age_s = {args.file_age}",
+        f"max_pending_rows = {args.max_rows}",
+        f"workers = {args.workers}",
+    ]
     return "\n".join(
         [
             "[subscriptions.bench]",
@@ -185,7 +179,7 @@ def server_config(landing: Path, args: argparse.Namespace) -> str:
             "[log]",
             f"max_bytes = {8 * 1024 * MIB}",
             "[exporters.landing]",
-            f'type = "{args.landing}"',
+            'type = "iceberg"',
             "[exporters.landing.options]",
             f'path = "{landing}"',
             *options,
@@ -194,14 +188,8 @@ def server_config(landing: Path, args: argparse.Namespace) -> str:
     )
 
 
-def landed_files(landing: Path, kind: str) -> tuple[int, int, int]:
-    """(files, rows, bytes) of what the landing committed or published."""
-    if kind == "parquet":
-        files = sorted((landing / "metrics").rglob("*.parquet"))
-        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        return len(files), rows, sum(f.stat().st_size for f in files)
-    from pyiceberg.catalog import load_catalog  # noqa: PLC0415
-
+def landed_files(landing: Path) -> tuple[int, int, int]:
+    """(files, rows, bytes) of what the landing committed."""
     lake = landing / "lake"
     catalog = load_catalog("kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db")
     table = catalog.load_table(("kip714", "metrics"))
@@ -355,12 +343,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=2, help="load-generator processes")
     parser.add_argument("--connections", type=int, default=100, help="per load process")
     parser.add_argument("--instances", type=int, default=1_200, help="client instances")
-    parser.add_argument("--landing", choices=["iceberg", "parquet"], default="iceberg")
     parser.add_argument("--workers", type=int, default=1, help="landing worker processes")
     parser.add_argument("--file-age", type=float, default=10.0, help="max_file_age_s")
-    parser.add_argument(
-        "--max-rows", type=int, default=2_000_000, help="max_rows_per_file / max_pending_rows"
-    )
+    parser.add_argument("--max-rows", type=int, default=2_000_000, help="max_pending_rows")
     parser.add_argument("--limit-seconds", type=float, default=3.0)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
@@ -441,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cores, worker_cores = (server1 - server0) / window, (workers1 - workers0) / window
         generation = args.max_rows * args.workers / METRICS_PER_PUSH
         bounded = max(lags) <= generation + 2 * args.rate and drained_s < 60
-        files, rows, size = landed_files(path / "landing", args.landing)
+        files, rows, size = landed_files(path / "landing")
         ordered = result.latencies()
         p99 = percentile(ordered, 0.99)
         print(
@@ -451,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         print(
-            f"{'landed (in published files)':<30}: {landed_rate:,.0f} pushes/s ="
+            f"{'landed (committed)':<30}: {landed_rate:,.0f} pushes/s ="
             f" {landed_rate * METRICS_PER_PUSH:,.0f} data points/s; lag at window end"
             f" {lags[-1]:,.0f} pushes, max {max(lags):,.0f}, {len(samples)} samples;"
             f" drained in {drained_s:.1f} s after the load",

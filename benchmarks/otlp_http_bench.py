@@ -77,8 +77,8 @@ from ack_bench import Kip714Server, push_path_build
 from exporters.api import LoggedPush
 from exporters.iceberg.rows import COALESCE_PUSHES
 from exporters.iceberg.schema import to_lake_rows
-from exporters.parquet.fast import flatten_fast
-from exporters.parquet.flatten import flatten_to_table
+from exporters.landing.fast import flatten_fast
+from exporters.landing.flatten import flatten_to_table
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -254,7 +254,7 @@ def run_load(
 
 
 def _children_cpu_seconds(server: Kip714Server) -> float:
-    """CPU of the server's child processes (the Parquet landing's flattening workers)."""
+    """CPU of the server's child processes (the landing's flattening workers)."""
     assert server.proc is not None
     total = 0.0
     for child in psutil.Process(server.proc.pid).children(recursive=True):

@@ -146,7 +146,7 @@ class BufferingExporter(Exporter, Protocol):
     """An exporter that accepts batches before they are durable in its sink.
 
     Returning from ``export`` normally lets the host commit the batch. An
-    exporter that buffers (the Parquet landing gathers rows into large files)
+    exporter that buffers (the landing gathers rows into large files)
     implements ``durable_offset`` instead: the host never commits past it, and
     after a restart replays from there. Such an exporter must recognise pushes
     it already made durable (by ``offset``) and skip them, which together

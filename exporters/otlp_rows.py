@@ -5,7 +5,7 @@ a row, so the Parquet files, the jsonl lines and the Spark rollups agree on
 column names and meanings. ``docs/exporters.md`` documents
 the schema column by column.
 
-Why columns: the Parquet landing feeds ``pyarrow.Table.from_pydict`` and
+Why columns: the landing feeds ``pyarrow.Table.from_pydict`` and
 flattening is the expensive step of the pipeline (measured on the recorded
 librdkafka pushes: about 4.5 µs per data point, of which 0.2 µs is the
 protobuf parse and about 3 µs is reading fields through the protobuf

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from exporters.api import Exporter
 
@@ -34,11 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "RETIRED",
     "ExporterConfigError",
     "ExporterConflictError",
     "ExporterLoadError",
     "ExporterNotFoundError",
     "RegistryError",
+    "RetiredExporterError",
     "available",
     "create",
     "load",
@@ -71,6 +73,24 @@ class ExporterNotFoundError(RegistryError, LookupError):
             f'it must declare [project.entry-points."{ENTRY_POINT_GROUP}"] '
             f'{type_name} = "module:Factory"'
         )
+
+
+class RetiredExporterError(ExporterNotFoundError):
+    """A type this version no longer ships; the message says where its data goes now."""
+
+    def __init__(self, type_name: str, available_names: list[str], move: str) -> None:
+        super().__init__(type_name, available_names)
+        self.args = (f"exporter type {type_name!r} is retired: {move}",)
+
+
+_OWN_DIST: Final = "kip714"
+#: Built-in types that are gone, and how to move a data directory that used one.
+RETIRED: Final[Mapping[str, str]] = {
+    "parquet": (
+        'land into the Iceberg table instead (type = "iceberg", the default landing) and '
+        "append the old files once with `kip714 lake import-parquet --config FILE`"
+    ),
+}
 
 
 class ExporterLoadError(RegistryError):
@@ -154,6 +174,8 @@ def load(type_name: str) -> ExporterFactory:
     if type_name in _registered:
         return _registered[type_name]
     candidates = _selection().get(type_name)
+    if not candidates and type_name in RETIRED:
+        raise RetiredExporterError(type_name, available(), RETIRED[type_name])
     if not candidates:
         raise ExporterNotFoundError(type_name, available())
     distinct = {(_dist_name(ep), ep.value) for ep in candidates}
@@ -232,6 +254,8 @@ def _selection() -> dict[str, list[importlib.metadata.EntryPoint]]:
     if _entry_points is None:
         found: dict[str, list[importlib.metadata.EntryPoint]] = {}
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if entry_point.name in RETIRED and _dist_name(entry_point) == _OWN_DIST:
+                continue  # the metadata of an install from before it was retired
             found.setdefault(entry_point.name, []).append(entry_point)
         _entry_points = found
     return _entry_points

@@ -21,7 +21,6 @@ from quotas.errors import (
     ConnectionThrottledError,
     InvalidQuotaConfigError,
     QuotaError,
-    QuotaViolationError,
     ThrottlingQuotaExceededError,
     TooManyConnectionsError,
 )
@@ -46,6 +45,7 @@ from quotas.stats import (
     Max,
     MeasurableStat,
     Min,
+    QuotaViolationError,
     Rate,
     SampledStat,
     WindowedCount,

@@ -26,11 +26,10 @@ from quotas.entity import (
     quota_metric_tags,
     sanitize_user,
 )
-from quotas.errors import QuotaViolationError
 from quotas.metric_name import MetricName
 from quotas.registry import Metrics
 from quotas.sensor import Sensor
-from quotas.stats import Avg, CumulativeSum, Rate
+from quotas.stats import Avg, CumulativeSum, QuotaViolationError, Rate
 from quotas.throttle import throttle_time_ms
 
 #: Kafka's ``InactiveSensorExpirationTimeSeconds``: idle client sensors are dropped after an hour.

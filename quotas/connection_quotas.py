@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from quotas.config import MetricConfig, Quota
-from quotas.errors import ConnectionThrottledError, QuotaViolationError, TooManyConnectionsError
+from quotas.errors import ConnectionThrottledError, TooManyConnectionsError
 from quotas.metric_name import MetricName
 from quotas.registry import Metrics
 from quotas.sensor import Sensor
-from quotas.stats import Avg, Rate
+from quotas.stats import Avg, QuotaViolationError, Rate
 from quotas.throttle import bounded_throttle_time_ms
 
 #: Kafka's ``Int.MaxValue`` "no limit" for counts and rates.

@@ -2,24 +2,19 @@
 
     QuotaError
      ├── InvalidQuotaConfigError (also a ValueError)
-     ├── QuotaViolationError          a recorded value broke a metric's quota
+     ├── QuotaViolationError          a recorded value broke a metric's quota (in
+     │                                ``stats``, beside the stats it names)
      ├── ThrottlingQuotaExceededError a strict mutation quota refused a request (Kafka error 89)
      ├── TooManyConnectionsError      max.connections / max.connections.per.ip reached
      └── ConnectionThrottledError     a per-IP connection creation rate was exceeded
 
 The hot paths return throttle times instead of raising; the exceptions are
 Kafka's control flow where Kafka itself uses them (``Sensor.record`` with
-quota checks, strict mutation quotas, connection admission).
+quota checks, strict mutation quotas, connection admission). This module
+imports nothing of the quota core, so every other module may import it.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from quotas.config import MetricConfig
-    from quotas.metric_name import MetricName
-    from quotas.stats import MeasurableStat
 
 
 class QuotaError(Exception):
@@ -28,29 +23,6 @@ class QuotaError(Exception):
 
 class InvalidQuotaConfigError(QuotaError, ValueError):
     """A quota, window or sample count that Kafka would refuse."""
-
-
-class QuotaViolationError(QuotaError):
-    """``value`` measured by ``stat`` broke ``bound`` (Kafka's ``QuotaViolationException``).
-
-    ``config`` is the violating metric's config: the throttle formula needs
-    its window, as Kafka reads it from the ``KafkaMetric`` it carries.
-    """
-
-    def __init__(
-        self,
-        metric_name: MetricName | str,
-        value: float,
-        bound: float,
-        stat: MeasurableStat,
-        config: MetricConfig | None = None,
-    ) -> None:
-        super().__init__(f"'{metric_name}' violated quota. Actual: {value}, Threshold: {bound}")
-        self.metric_name = metric_name
-        self.value = value
-        self.bound = bound
-        self.stat = stat
-        self.config = config
 
 
 class ThrottlingQuotaExceededError(QuotaError):

@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from quotas.client_quota_manager import ClientQuotaManager, QuotaType
-from quotas.errors import QuotaViolationError, ThrottlingQuotaExceededError
+from quotas.errors import ThrottlingQuotaExceededError
 from quotas.metric_name import MetricName
 from quotas.registry import Metrics
 from quotas.sensor import Sensor
-from quotas.stats import Rate
+from quotas.stats import QuotaViolationError, Rate
 from quotas.throttle import token_bucket_throttle_time_ms
 from quotas.token_bucket import TokenBucket
 

@@ -10,10 +10,9 @@ client of its own responses.
 from __future__ import annotations
 
 from quotas.client_quota_manager import ClientQuotaManager, ClientSensors, QuotaType
-from quotas.errors import QuotaViolationError
 from quotas.metric_name import MetricName
 from quotas.registry import Metrics
-from quotas.stats import Rate
+from quotas.stats import QuotaViolationError, Rate
 from quotas.throttle import bounded_throttle_time_ms
 
 #: ``NanosToPercentagePerSecond``.

@@ -13,9 +13,8 @@ import threading
 from collections.abc import Callable, Iterable
 
 from quotas.config import MetricConfig
-from quotas.errors import QuotaViolationError
 from quotas.metric_name import MetricName
-from quotas.stats import MeasurableStat, Rate
+from quotas.stats import MeasurableStat, QuotaViolationError, Rate
 from quotas.token_bucket import TokenBucket
 
 

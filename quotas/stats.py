@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from quotas.config import MAX_EVENT_WINDOW, MetricConfig, TimeUnit
+from quotas.errors import QuotaError
+
+if TYPE_CHECKING:
+    from quotas.metric_name import MetricName
 
 #: The ring's header: the earliest window start, and a floor under the last events.
 _OLDEST_START = 0
@@ -416,3 +420,26 @@ class Rate:
 
     def __repr__(self) -> str:
         return f"Rate(unit={self.unit.name}, stat={self.stat!r})"
+
+
+class QuotaViolationError(QuotaError):
+    """``value`` measured by ``stat`` broke ``bound`` (Kafka's ``QuotaViolationException``).
+
+    ``config`` is the violating metric's config: the throttle formula needs
+    its window, as Kafka reads it from the ``KafkaMetric`` it carries.
+    """
+
+    def __init__(
+        self,
+        metric_name: MetricName | str,
+        value: float,
+        bound: float,
+        stat: MeasurableStat,
+        config: MetricConfig | None = None,
+    ) -> None:
+        super().__init__(f"'{metric_name}' violated quota. Actual: {value}, Threshold: {bound}")
+        self.metric_name = metric_name
+        self.value = value
+        self.bound = bound
+        self.stat = stat
+        self.config = config

@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 
 from quotas.config import MetricConfig
-from quotas.errors import QuotaViolationError
-from quotas.stats import Rate
+from quotas.stats import QuotaViolationError, Rate
 from quotas.token_bucket import TokenBucket
 
 INT32_MAX = 2**31 - 1

@@ -1,4 +1,8 @@
-"""``kip714 report [--data-dir DIR] [--from TIME] [--to TIME] --out FILE``.
+"""``kip714 report [--config FILE] [--data-dir DIR] [--from TIME] [--to TIME] --out FILE``.
+
+The rollup tables are read from the lake under ``--data-dir``, or from the
+catalog ``--catalog-uri`` and ``--warehouse`` name (``kip714 report --config``
+passes the server's ``[lake]`` so: a SQLite file or a PostgreSQL database).
 
 Exit status 2 with one line when there is nothing to report from (no data
 directory, no rollup table: ``kip714 rollup`` has not run) or ``--out``'s
@@ -19,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from report.html import render
-from report.lake import read_rollup, rollup_tables
+from report.lake import NAMESPACE, RollupLake, read_rollup, rollup_tables
 from report.model import GAUGE_METRICS, build
 
 if TYPE_CHECKING:
@@ -47,13 +51,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--config",
         metavar="FILE",
         help="the server's TOML configuration: kip714 report takes its data_dir (relative to "
-        "the file's directory) as the default --data-dir (default: none)",
+        "the file's directory) as the default --data-dir and its [lake] as the catalog "
+        "(default: none)",
     )
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=Path(DEFAULT_DATA_DIR),
-        help="the kip714 data directory (default: --config's data_dir, else ./kip714-data)",
+        help="the kip714 data directory (default: --config's data_dir, else ./kip714-data; "
+        "not needed when --catalog-uri and --warehouse are given)",
+    )
+    parser.add_argument(
+        "--catalog-uri",
+        help="the SQL catalog: sqlite:///FILE or a SQLAlchemy PostgreSQL URL "
+        "(default: DATA_DIR/lake/catalog.db)",
+    )
+    parser.add_argument(
+        "--warehouse", help="warehouse path or URI (default: DATA_DIR/lake/warehouse)"
+    )
+    parser.add_argument(
+        "--namespace",
+        default=NAMESPACE,
+        help=f"namespace of the kip714 tables (default: {NAMESPACE})",
     )
     parser.add_argument(
         "--from",
@@ -75,8 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.data_dir.is_dir():
-        print(f"kip714 report: no data directory {args.data_dir}", file=sys.stderr)
+    lake = _lake(args)
+    data_dir: Path | None = args.data_dir
+    if data_dir is None and lake is None:
+        data_dir = Path(DEFAULT_DATA_DIR)
+    if data_dir is not None and not data_dir.is_dir():
+        print(f"kip714 report: no data directory {data_dir}", file=sys.stderr)
         return 2
     if not args.out.parent.is_dir():
         print(
@@ -85,14 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not rollup_tables(args.data_dir, ("client_health_1h", *_GAUGE_TABLES)):
+    if not rollup_tables(data_dir, ("client_health_1h", *_GAUGE_TABLES), lake):
+        where = lake.catalog_uri if lake is not None and data_dir is None else data_dir
+        where = where.absolute() if isinstance(where, Path) else where
         print(
-            f"kip714 report: no rollup tables in {args.data_dir.absolute()} "
-            "(run kip714 rollup first)",
+            f"kip714 report: no rollup tables in {where} (run kip714 rollup first)",
             file=sys.stderr,
         )
         return 2
-    clients = write_report(args.data_dir, args.out, args.start, args.end)
+    clients = write_report(data_dir, args.out, args.start, args.end, lake)
     if not clients:
         print(
             "kip714 report: the rollup tables hold no rows in this range; the report says so",
@@ -102,18 +125,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _lake(args: argparse.Namespace) -> RollupLake | None:
+    """The catalog named on the command line; ``None``: the lake under the data directory."""
+    if args.catalog_uri is None and args.warehouse is None:
+        if args.data_dir is not None and args.namespace != NAMESPACE:
+            return RollupLake.under(args.data_dir, args.namespace)
+        return None
+    default = RollupLake.under(args.data_dir or Path(DEFAULT_DATA_DIR), args.namespace)
+    return RollupLake(
+        args.catalog_uri or default.catalog_uri, args.warehouse or default.warehouse, args.namespace
+    )
+
+
 def write_report(
-    data_dir: Path, out: Path, start: dt.datetime | None = None, end: dt.datetime | None = None
+    data_dir: Path | None,
+    out: Path,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+    lake: RollupLake | None = None,
 ) -> int:
-    """Render the report for ``data_dir`` into ``out``; returns how many clients it shows.
+    """Render the report for ``data_dir`` (or ``lake``) into ``out``; how many clients it shows.
 
     Without ``start``/``end``, the period shown is the data's first and last hour.
     """
-    health = read_rollup(data_dir, "client_health_1h", start, end)
+    health = read_rollup(data_dir, "client_health_1h", start, end, lake=lake)
     sources = ["client_health_1h"] if health is not None else []
     gauges = None
     for name in _GAUGE_TABLES:
-        gauges = read_rollup(data_dir, name, start, end, GAUGE_METRICS)
+        gauges = read_rollup(data_dir, name, start, end, GAUGE_METRICS, lake=lake)
         if gauges is not None:
             sources.append(name)
             break

@@ -1,12 +1,13 @@
 """The one place the report reads rollup tables: ``read_rollup``; and ``table_view``.
 
-The rollups are Iceberg tables ``kip714.<name>`` in the SQL catalog
-``kip714`` at ``<data_dir>/lake/catalog.db`` (warehouse
-``<data_dir>/lake/warehouse``). They are read through ``table_view``: a
-``pyarrow.dataset`` over the data files the Iceberg scan plans, so the
-range and the columns are pushed down into the Parquet reads instead of
-loading the whole table first (``kip714 lake query`` reads every table so).
-A data
+The rollups are Iceberg tables ``<namespace>.<name>`` in the SQL catalog
+``kip714``: by default on SQLite at ``<data_dir>/lake/catalog.db``
+(warehouse ``<data_dir>/lake/warehouse``), or the catalog the server's
+``[lake]`` names (``RollupLake``: a SQLite file or a PostgreSQL database
+several machines share). They are read through ``table_view``: a
+``pyarrow.dataset`` over the data files the Iceberg scan plans, so the range
+and the columns are pushed down into the Parquet reads instead of loading
+the whole table first (``kip714 lake query`` reads every table so). A data
 directory from before the lake keeps them as Parquet under
 ``<data_dir>/rollups/<name>/date=…/hour=…/``; those are read when the
 catalog has no such table, so older data directories still get a report.
@@ -15,6 +16,7 @@ catalog has no such table, so older data directories still get a report.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -29,26 +31,58 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
 
-__all__ = ["CATALOG_NAME", "NAMESPACE", "read_rollup", "rollup_tables", "table_view"]
+__all__ = ["CATALOG_NAME", "NAMESPACE", "RollupLake", "read_rollup", "rollup_tables", "table_view"]
 
 CATALOG_NAME: Final = "kip714"
 NAMESPACE: Final = "kip714"
 
 
+@dataclass(frozen=True, slots=True)
+class RollupLake:
+    """The catalog holding the rollup tables: a SQLAlchemy URL, its warehouse, the namespace.
+
+    ``catalog_uri`` is ``sqlite:///…`` (or a plain path to the file) or a
+    PostgreSQL URL (``postgresql+psycopg://user:password@host:port/db``).
+    """
+
+    catalog_uri: str
+    warehouse: str
+    namespace: str = NAMESPACE
+
+    @classmethod
+    def under(cls, data_dir: Path, namespace: str = NAMESPACE) -> RollupLake:
+        """The embedded default: ``<data_dir>/lake/catalog.db`` and its warehouse beside it."""
+        lake = data_dir.resolve() / "lake"
+        return cls(f"sqlite:///{lake / 'catalog.db'}", (lake / "warehouse").as_uri(), namespace)
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The catalog's SQLite file; ``None`` for a database server."""
+        if self.catalog_uri.startswith("sqlite:///"):
+            return Path("/" + self.catalog_uri.removeprefix("sqlite:///").lstrip("/"))
+        if "://" in self.catalog_uri:
+            return None
+        return Path(self.catalog_uri).resolve()
+
+
 def read_rollup(
-    data_dir: Path,
+    data_dir: Path | None,
     name: str,
     start: dt.datetime | None = None,
     end: dt.datetime | None = None,
     metric_names: Sequence[str] | None = None,
+    lake: RollupLake | None = None,
 ) -> pa.Table | None:
     """Rows of rollup ``name`` with ``start <= window_start < end``; ``None`` if there is none.
 
     ``metric_names`` keeps only those metrics (for the per-metric rollups).
     ``window_start`` comes back as ``timestamp[us, UTC]`` whichever store held it.
+    ``lake`` defaults to the one under ``data_dir``; the Parquet rollups of an
+    older data directory are read only when there is a ``data_dir``.
     """
-    table = _from_iceberg(data_dir, name, start, end)
-    if table is None:
+    lake = _lake(data_dir, lake)
+    table = _from_iceberg(lake, name, start, end)
+    if table is None and data_dir is not None:
         table = _from_parquet(data_dir, name)
     if table is None:
         return None
@@ -64,40 +98,53 @@ def read_rollup(
     return table.filter(keep)
 
 
-def _catalog(data_dir: Path) -> SqlCatalog | None:
-    database = data_dir / "lake" / "catalog.db"
-    if not database.is_file():
+def _lake(data_dir: Path | None, lake: RollupLake | None) -> RollupLake:
+    if lake is not None:
+        return lake
+    if data_dir is None:
+        raise ValueError("the rollups are read from a data directory or a lake")
+    return RollupLake.under(data_dir)
+
+
+def _catalog(lake: RollupLake) -> SqlCatalog | None:
+    """The lake's catalog; ``None`` when its SQLite file does not exist (nothing is created)."""
+    database = lake.sqlite_file
+    if database is not None and not database.is_file():
         return None
     from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 -- only when a lake exists
 
-    return SqlCatalog(
-        CATALOG_NAME,
-        uri=f"sqlite:///{database.resolve()}",
-        warehouse=(data_dir / "lake" / "warehouse").resolve().as_uri(),
+    uri = lake.catalog_uri if database is None else f"sqlite:///{database}"
+    warehouse = (
+        lake.warehouse if "://" in lake.warehouse else Path(lake.warehouse).resolve().as_uri()
     )
+    return SqlCatalog(CATALOG_NAME, uri=uri, warehouse=warehouse)
 
 
-def rollup_tables(data_dir: Path, names: Sequence[str]) -> list[str]:
+def rollup_tables(
+    data_dir: Path | None, names: Sequence[str], lake: RollupLake | None = None
+) -> list[str]:
     """Which of ``names`` exist, in the lake or as Parquet rollups of an older data directory."""
+    lake = _lake(data_dir, lake)
     found = []
-    catalog = _catalog(data_dir)
+    catalog = _catalog(lake)
     for name in names:
-        in_lake = catalog is not None and catalog.table_exists((NAMESPACE, name))
-        if in_lake or (data_dir / "rollups" / name).is_dir():
+        in_lake = catalog is not None and catalog.table_exists((lake.namespace, name))
+        old = data_dir is not None and (data_dir / "rollups" / name).is_dir()
+        if in_lake or old:
             found.append(name)
     return found
 
 
 def _from_iceberg(
-    data_dir: Path, name: str, start: dt.datetime | None, end: dt.datetime | None
+    lake: RollupLake, name: str, start: dt.datetime | None, end: dt.datetime | None
 ) -> pa.Table | None:
-    catalog = _catalog(data_dir)
+    catalog = _catalog(lake)
     if catalog is None:
         return None
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError  # noqa: PLC0415
 
     try:
-        table = catalog.load_table((NAMESPACE, name))
+        table = catalog.load_table((lake.namespace, name))
     except (NoSuchTableError, NoSuchNamespaceError):
         return None
     bounds = []

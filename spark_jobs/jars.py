@@ -1,17 +1,23 @@
-"""The Iceberg runtime and SQLite JDBC jars, resolved by the project's own pom into a cache.
+"""The Iceberg runtime and the catalogs' JDBC drivers, resolved by the project's pom into a cache.
+
+The jars: Iceberg's Spark runtime, the SQLite driver (the embedded catalog)
+and the PostgreSQL driver (a catalog several machines share).
 
 Why not only ``spark.jars.packages``: Ivy resolves the coordinates again at
 every session start (seconds on a small run) and needs its own cache; a
-plain directory of two jars, fetched once by Maven, starts nothing. Where
+plain directory of jars, fetched once by Maven, starts nothing. Where
 Maven is not installed the session falls back to ``spark.jars.packages``
 with the same coordinates, so a user without ``mvn`` still gets the jars.
 
 The cache entry is written atomically (a temporary directory renamed into
 place), so two processes fetching at once both end with a whole directory.
+Its name is derived from the jar list, so a cache filled before a jar
+joined the list is never taken for the new one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -30,6 +36,7 @@ __all__ = [
 ICEBERG_PACKAGES: tuple[str, ...] = (
     "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0",
     "org.xerial:sqlite-jdbc:3.50.3.0",
+    "org.postgresql:postgresql:42.7.13",
 )
 """Maven coordinates; keep equal to ``iceberg-runtime.pom.xml``."""
 
@@ -48,8 +55,9 @@ def cache_root() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where the jars are, under ``cache_root()``."""
-    return cache_root() / "spark-iceberg-1.12.0"
+    """Where the jars are, under ``cache_root()``: named by a digest of ``ICEBERG_PACKAGES``."""
+    digest = hashlib.sha256("\n".join(ICEBERG_PACKAGES).encode()).hexdigest()[:12]
+    return cache_root() / f"spark-iceberg-1.12.0-{digest}"
 
 
 def _cached(target: Path) -> list[Path] | None:
@@ -59,7 +67,7 @@ def _cached(target: Path) -> list[Path] | None:
 
 
 def iceberg_jars() -> list[Path] | None:
-    """Paths of the two jars, fetched by Maven on first use; None when Maven is not installed.
+    """Paths of the jars, fetched by Maven on first use; None when Maven is not installed.
 
     Raises:
         JarsUnavailableError: Maven is installed but could not fetch the jars.

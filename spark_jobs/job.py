@@ -104,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="kip714 data directory: the lake defaults to DIR/lake/ (default with kip714 "
         "rollup: --config's data_dir, else ./kip714-data)",
     )
-    add("--catalog-uri", help="the SQLite catalog file (default: DATA_DIR/lake/catalog.db)")
+    add(
+        "--catalog-uri",
+        help="the SQL catalog: a SQLite file or sqlite:///…, or a SQLAlchemy PostgreSQL URL "
+        "postgresql+psycopg://user:password@host:port/db (default: DATA_DIR/lake/catalog.db)",
+    )
     add("--warehouse", help="warehouse path or URI (default: DATA_DIR/lake/warehouse)")
     add(
         "--namespace",

@@ -44,7 +44,7 @@ class LakeState:
 
 
 def _catalog(lake: Lake) -> SqlCatalog:
-    if not lake.catalog_file.is_file():
+    if not lake.is_postgres and not lake.catalog_file.is_file():
         raise NoDataError(f"no lake catalog at {lake.catalog_file}")
     return SqlCatalog(CATALOG_NAME, uri=lake.sqlalchemy_uri, warehouse=lake.warehouse_uri)
 
@@ -88,9 +88,7 @@ def lake_state(lake: Lake, outputs: Iterable[str]) -> LakeState:
     catalog = _catalog(lake)
     landing = _load(catalog, lake, LANDING_TABLE)
     if landing is None:
-        raise NoDataError(
-            f"no landing table {lake.namespace}.{LANDING_TABLE} in {lake.catalog_file}"
-        )
+        raise NoDataError(f"no landing table {lake.namespace}.{LANDING_TABLE} in {lake.where}")
     snapshot = landing.current_snapshot()
     if snapshot is None:
         raise NoDataError(f"the landing table {lake.namespace}.{LANDING_TABLE} is empty")

@@ -16,11 +16,19 @@ restart the exporter resumes after the newest snapshot this node wrote (and
 skips replayed offsets below it), so every push lands once even after
 SIGKILL between the Iceberg commit and the host's.
 
-A failed write or a commit that keeps losing the race stops the landing
-(fail-stop, as the Parquet landing): later ``export`` calls raise
-``TransientExportError`` and a restart resumes from the table. A commit in
-progress is finished before a cancellation is delivered
-(``run_to_completion``), so the exporter always knows whether it happened.
+A failed write (a full warehouse disk) or commit (a locked or unreachable
+catalog, a commit that keeps losing the race) costs the generation, not the
+landing: the lanes are replaced (their rows dropped), ``durable_offset``
+falls back to the last committed snapshot, ``take_replay`` tells the host to
+feed again from there (the ingest log holds every push), and ``export``
+refuses with ``TransientExportError`` until a backoff (0.1 s doubling to
+30 s, jittered) has passed. ``failing`` says why meanwhile (``/readyz`` is
+false); the first failure of a streak is logged and counted once
+(``failure_streaks``; every attempt in ``failures``), and the first commit
+after it logs the recovery. Files written for a generation that was never
+committed are orphans, removed by orphan cleanup. A commit in progress is
+finished before a cancellation is delivered (``run_to_completion``), so the
+exporter always knows whether it happened.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,12 +47,12 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
-from exporters.generations import GenerationLanding, age_timer, free_worker
 from exporters.iceberg import commits
+from exporters.iceberg.generations import GenerationLanding, age_timer, free_worker
+from exporters.iceberg.import_parquet import parquet_landing_position
 from exporters.iceberg.lake import lake_location, open_catalog, open_table, split_by_kind
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
-from exporters.iceberg.resume import parquet_landing_position
 from exporters.iceberg.rows import (
     COALESCE_BYTES,
     COALESCE_PUSHES,
@@ -93,6 +102,9 @@ _OPTIONS: Final = frozenset({*_LAKE_KEYS, *DEFAULTS})
 NODE_ID_FILE: Final = "node_id"
 #: Batches queued per lane beyond the one it is flattening; bounds memory.
 IN_FLIGHT_PER_LANE: Final = 2
+#: Backoff after a failed write or commit: the first wait, and the longest.
+RETRY_INITIAL_S: Final = 0.1
+RETRY_MAX_S: Final = 30.0
 
 
 @dataclass(slots=True)
@@ -111,7 +123,8 @@ class IcebergStats(FlattenStats):
     refused_counts: int = 0
     unlandable_pushes: int = 0
     replayed_pushes_skipped: int = 0
-    failures: int = 0
+    failures: int = 0  # failed writes and commits (each attempt)
+    failure_streaks: int = 0  # runs of failures ended by a commit (each counted once)
     durable_offset: int = 0
     pending_rows: int = 0
 
@@ -126,6 +139,7 @@ class _Generation:
     gathered_bytes: int = 0
     buffered: dict[int, int] = field(default_factory=dict)  # rows buffered per lane
     files: list[WrittenFile] = field(default_factory=list)
+    abandoned: bool = False  # a write or commit failed: the host replays it
 
 
 def node_id_in(data_dir: Path) -> str:
@@ -188,6 +202,11 @@ class IcebergExporter(GenerationLanding):
         self._gen: _Generation | None = None
         self._maintenance: Maintenance | None = None
         self._durable = 0
+        self._failing: str | None = None
+        self._retry_at = 0.0
+        self._backoff_s = RETRY_INITIAL_S
+        self._replay_from: int | None = None
+        self._lanes_stale = False
         self._init_generations()
 
     @property
@@ -196,6 +215,16 @@ class IcebergExporter(GenerationLanding):
         if self._node_id is None:
             raise RuntimeError("node_id is known after start()")
         return self._node_id
+
+    @property
+    def failing(self) -> str | None:
+        """Why the last write or commit failed, until a commit succeeds (readiness reports it)."""
+        return self._failing
+
+    def take_replay(self) -> int | None:
+        """Once after a failure: the offset the host must feed again from (else ``None``)."""
+        offset, self._replay_from = self._replay_from, None
+        return offset
 
     @property
     def maintenance_stats(self) -> MaintenanceStats | None:
@@ -215,6 +244,15 @@ class IcebergExporter(GenerationLanding):
         if self._started:
             return
         await asyncio.to_thread(self._open)
+        await self._start_lanes()
+        self._started = True
+        self._timer = asyncio.create_task(self._age_timer(), name="iceberg-age")
+        if self.maintenance_settings.enabled:
+            self._maintenance = Maintenance(self.location, self.maintenance_settings)
+            self._maintenance.start()
+
+    async def _start_lanes(self) -> None:
+        """Start fresh lanes (a new token: their file names never collide with earlier ones)."""
         try:
             token = uuid.uuid4().hex[:8]
             properties = self.location.catalog_properties()
@@ -236,11 +274,6 @@ class IcebergExporter(GenerationLanding):
         except BaseException:
             await self._stop_lanes()
             raise
-        self._started = True
-        self._timer = asyncio.create_task(self._age_timer(), name="iceberg-age")
-        if self.maintenance_settings.enabled:
-            self._maintenance = Maintenance(self.location, self.maintenance_settings)
-            self._maintenance.start()
 
     def _open(self) -> None:
         if self._node_id is None:
@@ -300,6 +333,11 @@ class IcebergExporter(GenerationLanding):
         pushes = batch[start:]
         async with self._gen_lock:
             self._raise_if_failed()
+            await self._retry_when_due()
+            # A retry may have found a commit applied after all: skip what it holds.
+            pushes = pushes[self._skip_replayed(pushes, self._next) :]
+            if not pushes:
+                return
             gen = self._gen
             if gen is None:
                 gen = self._gen = _Generation(pushes[0].offset, time.monotonic())
@@ -316,6 +354,86 @@ class IcebergExporter(GenerationLanding):
                 await run_to_completion(self._write(gen))
             if time.monotonic() - gen.started >= self.max_file_age_s:
                 await self._commit()
+
+    async def _retry_when_due(self) -> None:
+        """After a failure: refuse until the backoff has passed, then start with fresh lanes.
+
+        Raises:
+            TransientExportError: Still within the backoff.
+        """
+        if self._failing is None:
+            return
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            raise TransientExportError(
+                f"{self._where()} is failing ({self._failing}); next attempt in {wait:.1f} s"
+            )
+        if self._lanes_stale:
+            try:
+                await asyncio.to_thread(self._reload_positions)
+            except Exception as error:  # the catalog is still away: another round of backoff
+                self.stats.failures += 1
+                self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
+                self._retry_at = time.monotonic() + self._backoff_s * random.uniform(0.5, 1.0)
+                raise TransientExportError(
+                    f"{self._where()}: reading the table: {error}"
+                ) from error
+            self._lanes_stale = False
+            await run_to_completion(self._restart_lanes())
+
+    def _reload_positions(self) -> None:
+        """Refresh the tables and where this node stands in each (blocking).
+
+        A commit that failed may still have been applied (an answer lost on
+        the way back): what the table says wins, and replayed offsets it
+        holds are skipped.
+        """
+        for name, table in list(self._tables.items()):
+            fresh = table.refresh()
+            self._tables[name] = fresh
+            position = commits.committed_position(fresh, self.node_id)
+            if position is not None and position.log_id in (None, self._log_id):
+                self._from[name] = max(self._from[name], position.offset_end + 1)
+        self._durable = max(self._durable, min(self._from.values()))
+        self._next = max(self._next, self._durable)
+        self.stats.durable_offset = self._durable
+
+    async def _restart_lanes(self) -> None:
+        await self._stop_lanes()
+        await self._start_lanes()
+
+    def _abandon(self, gen: _Generation, reason: str) -> None:
+        """Drop ``gen`` after a failed write or commit; the host replays it after a backoff."""
+        if gen.abandoned:
+            return
+        gen.abandoned = True
+        self.stats.failures += 1
+        if self._failing is None:
+            self.stats.failure_streaks += 1
+            self._backoff_s = RETRY_INITIAL_S
+            _log.error(
+                "%s: %s; retrying with backoff from offset %d (the ingest log keeps every push)",
+                self._where(),
+                reason,
+                self._durable,
+            )
+        else:
+            self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
+            _log.debug("%s: %s (again)", self._where(), reason)
+        self._failing = reason
+        self._retry_at = time.monotonic() + self._backoff_s * random.uniform(0.5, 1.0)
+        if self._gen is gen:
+            self._gen = None
+        self._next = self._durable
+        self._replay_from = self._durable
+        self._lanes_stale = True  # they may hold rows of ``gen`` or be poisoned
+        self.stats.pending_rows = 0
+
+    def _recovered(self) -> None:
+        if self._failing is not None:
+            _log.info("%s recovered: committed again after %s", self._where(), self._failing)
+        self._failing = None
+        self._backoff_s = RETRY_INITIAL_S
 
     async def _hand_over(self, gen: _Generation) -> None:
         """Send the gathered pushes of ``gen`` to the next free lane (they stay in ``gen``)."""
@@ -346,7 +464,7 @@ class IcebergExporter(GenerationLanding):
             return
         error = future.exception()
         if error is not None:
-            self._fail(f"flattening offsets {gen.first}..{gen.last} failed: {error}")
+            self._abandon(gen, f"flattening offsets {gen.first}..{gen.last} failed: {error}")
             return
         reply: BatchReply = future.result()[1]
         self._count(reply)
@@ -386,9 +504,11 @@ class IcebergExporter(GenerationLanding):
                 *(lane.write(gen.first, gen.last) for lane in self._lanes)
             )
         except Exception as error:
-            self._fail(f"writing data files of offsets {gen.first}..{gen.last} failed: {error}")
-            raise TransientExportError(self._failure) from error
-        self._raise_if_failed()
+            reason = f"writing data files of offsets {gen.first}..{gen.last} failed: {error}"
+            self._abandon(gen, reason)
+            raise TransientExportError(reason) from error
+        if gen.abandoned:  # a batch failed meanwhile
+            raise TransientExportError(self._failing or "the generation was abandoned")
         for reply in replies:
             gen.files.extend(reply[1])
             self._count(reply[2])
@@ -428,10 +548,12 @@ class IcebergExporter(GenerationLanding):
                 )
             except Exception as error:
                 self.stats.commit_conflicts += len(conflicts)
-                self._fail(f"committing offsets {gen.first}..{gen.last} failed: {error!r}")
-                raise TransientExportError(self._failure) from error
+                reason = f"committing offsets {gen.first}..{gen.last} failed: {error!r}"
+                self._abandon(gen, reason)
+                raise TransientExportError(reason) from error
             self.stats.commit_conflicts += len(conflicts)
             self.stats.commits += 1
+            self._from[name] = gen.last + 1  # a later failure of another table replays none here
             landed = sum(f.rows for f in files)
             if name == METRICS_TABLE:
                 self.stats.rows_landed += landed
@@ -440,6 +562,7 @@ class IcebergExporter(GenerationLanding):
         self._durable = gen.last + 1
         self.stats.durable_offset = self._durable
         self._gen = None
+        self._recovered()
 
     async def _age_timer(self) -> None:
         """Commit a generation once it is ``max_file_age_s`` old, however quiet the traffic."""

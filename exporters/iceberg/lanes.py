@@ -2,7 +2,7 @@
 
 Both kinds take requests in order and answer each with an ``asyncio`` future:
 ``batch`` (flatten and buffer) and ``write`` (write the buffered rows as data
-files). A process lane is ``exporters.parquet.pool.WorkerHandle`` running
+files). A process lane is ``exporters.landing.pool.WorkerHandle`` running
 ``worker.worker_main``, so the event loop only pickles batches and reads
 small replies; a thread lane runs the same ``LakeRows`` on a one-thread
 executor (tests, embedding, machines with one core).
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from exporters.api import LoggedPush
 from exporters.iceberg.rows import LakeRows, LaneConfig
 from exporters.iceberg.worker import worker_main
-from exporters.parquet.pool import WorkerHandle
+from exporters.landing.pool import WorkerHandle
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

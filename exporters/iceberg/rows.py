@@ -1,13 +1,13 @@
 """One flattening lane's rows: logged pushes in, Parquet data files of the lake out.
 
-A ``LakeRows`` flattens batches (``exporters.parquet.flatten``, the Parquet
-landing's vectorised flattener), turns them into lake rows (``schema``) and
-streams them into one open data file per table and receive hour (and, in a
-``metrics`` table partitioned by kind, per ``metric_type``), in the
-table's ``data/`` directory through pyiceberg's FileIO (local disk or S3);
-``write`` closes the files and reports them, and the exporter commits them.
-It runs in a worker process (``worker.py``) or, with ``workers = 0``, in a
-thread of the server; either way one lane handles its requests in order.
+A ``LakeRows`` flattens batches (``exporters.landing.flatten``), turns them
+into lake rows (``schema``) and streams them into one open data file per
+table and receive hour (and, in a ``metrics`` table partitioned by kind, per
+``metric_type``), in the table's ``data/`` directory through pyiceberg's
+FileIO (local disk or S3); ``write`` closes the files and reports them, and
+the exporter commits them. It runs in a worker process (``worker.py``) or,
+with ``workers = 0``, in a thread of the server; either way one lane handles
+its requests in order.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 
 from exporters.iceberg.schema import (
@@ -27,10 +28,9 @@ from exporters.iceberg.schema import (
     to_lake_pushes,
     to_lake_rows,
 )
+from exporters.landing.flatten import flatten_to_table
+from exporters.landing.schema import hours_of, pushes_table, split_by_hour
 from exporters.otlp_rows import FlattenStats, count_data_points
-from exporters.parquet.flatten import flatten_to_table
-from exporters.parquet.schema import hours_of, pushes_table, split_by_hour
-from exporters.parquet.worker import OpenFile, landing_writer, write_pending
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -39,7 +39,15 @@ if TYPE_CHECKING:
 
     from exporters.api import LoggedPush
 
-__all__ = ["BatchReply", "LakeRows", "LaneConfig", "WrittenFile", "write_data_file"]
+__all__ = [
+    "BatchReply",
+    "LakeRows",
+    "LaneConfig",
+    "OpenFile",
+    "WrittenFile",
+    "landing_writer",
+    "write_data_file",
+]
 
 #: Rows an open data file buffers before writing them as a row group.
 ROW_GROUP_ROWS: Final = 131_072
@@ -50,6 +58,7 @@ ROW_GROUP_ROWS: Final = 131_072
 #: requests/s) cost twice the per-point work; gathered, the fixed part is noise.
 COALESCE_PUSHES: Final = 512
 COALESCE_BYTES: Final = 4 * 1024 * 1024
+_FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,18 +94,63 @@ class WrittenFile:
     rows: int
 
 
+@dataclass(slots=True)
+class OpenFile:
+    """One data file being written: its table, hour and location, and rows not yet written."""
+
+    table: str
+    hour: int
+    location: str
+    writer: pq.ParquetWriter
+    rows: int = 0
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+
+
+def write_pending(open_file: OpenFile) -> None:
+    """Write the rows ``open_file`` buffers as one row group."""
+    if not open_file.pending:
+        return
+    rows = pa.concat_tables(open_file.pending)
+    open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+    open_file.rows += rows.num_rows
+    open_file.pending.clear()
+    open_file.pending_rows = 0
+
+
+def landing_writer(
+    where: Any, schema: pa.Schema, compression_level: int | None = None
+) -> pq.ParquetWriter:
+    """A Parquet writer with the landing's encodings, for a path or a writable stream.
+
+    zstd; byte-stream split for the measured values (``value``, ``sum``,
+    ``min``, ``max``) and dictionaries for every other column except a raw
+    ``payload``: byte-stream split and dictionaries exclude each other, and
+    measured values rarely repeat while everything else does.
+    """
+    split = [c for c in _FLOAT_COLUMNS if c in schema.names]
+    return pq.ParquetWriter(
+        where,
+        schema,
+        compression="zstd",
+        compression_level=compression_level,
+        use_byte_stream_split=split or False,
+        use_dictionary=[c for c in schema.names if c not in split and c != "payload"],
+    )
+
+
 def write_data_file(
     io: FileIO, table_location: str, rows: pa.Table, hour: int, name: str, kind: str | None = None
 ) -> str:
     """Write ``rows`` (one receive hour, one ``kind`` if given) as a Parquet data file.
 
-    Written with the Parquet landing's encodings (``landing_writer``) under
+    Written with the landing's encodings (``landing_writer``) under
     ``table_location``. The file carries no field ids; the table's name
     mapping resolves its columns.
     """
     location = data_file_location(table_location, hour, name, kind)
     with io.new_output(location).create(overwrite=True) as stream:
-        writer = landing_writer(stream, rows.schema, None)
+        writer = landing_writer(stream, rows.schema)
         writer.write_table(rows)
         writer.close()
     return location
@@ -240,7 +294,7 @@ class LakeRows:
             kind or None,
         )
         stream = self.streams[location] = self.io.new_output(location).create(overwrite=True)
-        return OpenFile(name, hour, 0, location, landing_writer(stream, schema, None))
+        return OpenFile(name, hour, location, landing_writer(stream, schema))
 
     def write(self, first: int, last: int) -> tuple[list[WrittenFile], BatchReply]:
         """Flatten what is gathered, close every open data file of ``first..last``; report them.
@@ -254,8 +308,8 @@ class LakeRows:
             open_file = self.files[key]
             write_pending(open_file)
             open_file.writer.close()
-            self.streams.pop(open_file.staged).close()
-            files.append(WrittenFile(open_file.table, open_file.staged, open_file.rows))
+            self.streams.pop(open_file.location).close()
+            files.append(WrittenFile(open_file.table, open_file.location, open_file.rows))
         self.files.clear()
         self.rows = 0
         return files, flushed

@@ -1,6 +1,6 @@
 """The lake's table schemas, and landing rows turned into rows Iceberg accepts.
 
-``metrics`` is the landing row schema (``exporters.parquet.schema.metrics_schema``,
+``metrics`` is the landing row schema (``exporters.landing.schema.metrics_schema``,
 ``exporters.otlp_rows.COLUMNS`` in that order) with Iceberg's types: the
 three times are ``timestamptz`` (µs), and every ``uint64`` (``count``,
 ``exp_zero_count`` and the bucket-count list elements) is ``long``, because
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporters.parquet.schema import metrics_schema, pushes_schema
+from exporters.landing.schema import metrics_schema, pushes_schema
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -72,7 +72,7 @@ def lake_metrics_schema() -> pa.Schema:
 
 @functools.cache
 def lake_pushes_schema() -> pa.Schema:
-    """The raw ``pushes`` table: the Parquet landing's, plus ``ingest_node``."""
+    """The raw ``pushes`` table: ``landing.schema.pushes_schema`` plus ``ingest_node``."""
     return pa.schema([*pushes_schema(), pa.field("ingest_node", pa.string())])
 
 

@@ -3,7 +3,7 @@
 Flattening and Parquet encoding (the costly steps) run here, not in the
 server process, so acknowledgements stay fast; the server only hands over
 batches and commits the files a worker reports. Messages, in order, over a
-``multiprocessing`` pipe (``exporters.parquet.pool.WorkerHandle`` keeps a
+``multiprocessing`` pipe (``exporters.landing.pool.WorkerHandle`` keeps a
 FIFO of futures, so every request gets exactly one reply, in order):
 
 * ``("batch", [LoggedPush fields as a tuple, ...], metrics_from, pushes_from)``
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from exporters.api import LoggedPush
 from exporters.iceberg.rows import LakeRows, LaneConfig
-from exporters.parquet.worker import serve_requests
+from exporters.landing.pool import serve_requests
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-from exporters.iceberg.importer import import_parquet
+from exporters.iceberg.import_parquet import import_parquet
 from exporters.iceberg.lake import lake_location, open_catalog, open_table
 from exporters.iceberg.maintenance import (
     MaintenanceStats,

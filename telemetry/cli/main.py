@@ -20,7 +20,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from telemetry.cli.common import HelpFormatter
-from telemetry.cli.rollup_args import RollupConfigError, report_argv, rollup_argv
+from telemetry.cli.rollup_args import RollupConfigError, rollup_argv
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -217,15 +217,15 @@ def rollup(argv: Sequence[str]) -> int:
 
 
 def report(argv: Sequence[str]) -> int:
-    """``kip714 report``, with ``--config FILE`` giving the data directory as the server has it."""
+    """``kip714 report``, with ``--config FILE`` read as the rollups read it (its ``[lake]``)."""
     try:
-        report_args = report_argv(argv)
+        report_argv = rollup_argv(argv)
     except RollupConfigError as error:
         print(f"kip714 report: error: {error}", file=sys.stderr)
         return 2
     from report import main as report_main  # noqa: PLC0415 - see _DELEGATED
 
-    return report_main(report_args)
+    return report_main(report_argv)
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:

@@ -3,8 +3,8 @@
 ``spark_jobs`` and ``report`` import nothing of the server, so the CLI reads
 the config file and hands them plain arguments: its ``data_dir`` (relative
 to the file's directory, as the server resolves it) as ``--data-dir``, and
-for the rollup its ``[lake]`` table as ``--catalog-uri``, ``--warehouse``
-and ``--namespace``; arguments given on the command line win. Without a
+its ``[lake]`` table as ``--catalog-uri``, ``--warehouse`` and
+``--namespace``; arguments given on the command line win. Without a
 ``data_dir`` anywhere, the server's default ``./kip714-data`` applies. Only
 ``tomllib`` is used: ``kip714 rollup`` must answer an empty range quickly.
 """
@@ -17,10 +17,14 @@ from pathlib import Path
 
 from telemetry.server.config_paths import resolve_relative_paths
 
-__all__ = ["RollupConfigError", "report_argv", "rollup_argv"]
+__all__ = ["RollupConfigError", "rollup_argv"]
 
 #: The server's default ``--data-dir`` (``telemetry.server.config``, heavy to import here).
 DEFAULT_DATA_DIR = "./kip714-data"
+
+
+#: A SQLite file, or any SQLAlchemy PostgreSQL URL (``postgresql://``, ``postgresql+driver://``).
+_SQL_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+")
 
 
 class RollupConfigError(ValueError):
@@ -32,9 +36,10 @@ def _catalog_uri(raw: object) -> str | None:
         return None
     uri = raw.get("uri") if isinstance(raw, dict) else raw
     kind = raw.get("type", "sql") if isinstance(raw, dict) else "sql"
-    if kind != "sql" or not isinstance(uri, str) or not uri.startswith("sqlite:///"):
+    if kind != "sql" or not isinstance(uri, str) or not uri.startswith(_SQL_SCHEMES):
         raise RollupConfigError(
-            f"lake.catalog: kip714 rollup reads a SQL catalog on SQLite (sqlite:///…), not {raw!r}"
+            "lake.catalog: the rollups and the report read a SQL catalog on SQLite "
+            f"(sqlite:///…) or PostgreSQL (postgresql+psycopg://…), not {raw!r}"
         )
     return uri
 
@@ -76,18 +81,6 @@ def _data_dir(document: dict[str, object], config: str | None) -> str:
     if not isinstance(raw, str) or not raw:
         raise RollupConfigError(f"data_dir: expected a non-empty string, not {raw!r}")
     return raw  # made absolute against the file's directory by _document
-
-
-def report_argv(argv: Sequence[str]) -> list[str]:
-    """``kip714 report``'s ``argv`` with ``--config FILE`` turned into ``--data-dir``.
-
-    Raises:
-        RollupConfigError: an unreadable file.
-    """
-    rest, config = _split_config(argv)
-    if config is None or _given(rest, "--data-dir"):
-        return rest
-    return [*rest, "--data-dir", _data_dir(_document(config), config)]
 
 
 def rollup_argv(argv: Sequence[str]) -> list[str]:

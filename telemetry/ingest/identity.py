@@ -1,8 +1,8 @@
 """The ingest log's identity: a random UUID created with the log and kept in its directory.
 
 Offsets are unique only within one log. A consumer that remembers offsets
-beyond the log's own directory (the Parquet landing records the offsets it
-published) must notice when the directory was deleted or replaced and offsets
+beyond the log's own directory (the landing records the offsets each
+snapshot covers) must notice when the directory was deleted or replaced and offsets
 start again at 0, or it would take new pushes for replays. The id is that
 signal: it is created once, at the first open of a directory, and never
 changes while the directory exists.

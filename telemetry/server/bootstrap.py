@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from exporters import registry as exporter_registry
-from exporters.retention import PeriodicRetention
+from exporters.iceberg.retention import PeriodicRetention
 from telemetry.admin.authorizer import Authorizer
 from telemetry.admin.http_routes import add_admin_routes
 from telemetry.admin.kafka_handlers import KafkaAdminHandlers

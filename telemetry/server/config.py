@@ -62,7 +62,6 @@ DEFAULT_EXPORTER_TYPE = LAKE_EXPORTER_TYPE
 #: Where a built-in exporter whose options give no ``path`` writes, under the
 #: data directory: ``--data-dir`` moves everything not given an explicit path.
 _DEFAULT_PATHS: dict[str, Callable[[Path, str], Path]] = {
-    "parquet": lambda data_dir, _name: data_dir,  # rows under <data_dir>/metrics/
     "iceberg": lambda data_dir, _name: data_dir,  # the lake under <data_dir>/lake/, node_id file
     "jsonl": lambda data_dir, name: data_dir / "jsonl" / f"{name}.jsonl",
 }

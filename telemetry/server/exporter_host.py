@@ -17,7 +17,7 @@ tells readiness when the exporter has failed, keeps failing, or is stalled.
 
 Stopping is bounded and never commits past what the exporter made durable:
 the drain and the final flush each get ``drain_timeout_s``; what is not done
-by then is cancelled (the Parquet landing then abandons its generation) and
+by then is cancelled (the landing then abandons its generation) and
 stays in the log for the next start.
 """
 
@@ -120,7 +120,7 @@ class ExporterHost:
         """Why this exporter is out of order until a restart, else ``None``.
 
         Its task died, or the exporter says it fail-stopped (an optional
-        ``failure: str | None`` attribute, as the Parquet landing has).
+        ``failure: str | None`` attribute).
         """
         if self.died is not None:
             return f"exporter {self.name}: its task died: {self.died}"
@@ -134,6 +134,9 @@ class ExporterHost:
         failure = self.failure
         if failure is not None:
             return failure
+        failing = getattr(self.exporter, "failing", None)
+        if isinstance(failing, str):  # it retries by itself (the landing's catalog or disk)
+            return f"exporter {self.name} is failing: {failing}"
         now = self._clock()
         if self._failing_since is not None and self._consecutive_failures >= FAILING_AFTER:
             return (
@@ -272,6 +275,7 @@ class ExporterHost:
     async def _run(self) -> None:
         while True:
             try:
+                self._rewind()
                 if not await self._step():
                     return
             except Exception as error:  # every error is retried; none ends the task
@@ -302,6 +306,20 @@ class ExporterHost:
         self.position = batch[-1].offset + 1
         self._doing = f"committing offset {self.position}"
         await self._commit(self.position)
+        return True
+
+    def _rewind(self) -> bool:
+        """Read again from where a buffering exporter asks (it dropped what it buffered).
+
+        An exporter with ``take_replay() -> int | None`` (the landing, after a
+        failed write or commit) gives the offset once; nothing before it is
+        committed here, so the log still holds every push from there.
+        """
+        take = getattr(self.exporter, "take_replay", None)
+        offset = take() if callable(take) else None
+        if not isinstance(offset, int) or offset >= self.position:
+            return False
+        self.position = max(offset, self.committed)
         return True
 
     def _failed(self, error: Exception) -> None:
@@ -373,6 +391,8 @@ class ExporterHost:
                 self._doing = "committing durable progress"
                 await self._commit(self.position)
                 self._succeeded()
+                if self._rewind():  # the landing dropped a generation on its own timer
+                    return True
         finally:
             arrival.cancel()
             stop.cancel()

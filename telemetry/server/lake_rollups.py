@@ -34,8 +34,8 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from exporters.iceberg.lake import LakeLocation, lake_location, open_catalog
 from exporters.iceberg.maintenance import MaintenanceSettings, expire_snapshots, remove_orphan_files
+from exporters.iceberg.retention import HOUR_MS, DeletedPartition, HourPartition, PeriodicRetention
 from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
-from exporters.retention import HOUR_MS, DeletedPartition, HourPartition, PeriodicRetention
 from spark_jobs.lake import LANDING_SNAPSHOT_PROPERTY
 from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE
 

@@ -24,7 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from exporters.retention import RetentionStats
+from exporters.iceberg.retention import RetentionStats
 from telemetry.enforcement.metrics import gather_quota_families, quota_families
 from telemetry.ingest import FSYNC_BUCKETS_S
 from telemetry.server.exporter_host import EXPORT_BUCKETS_S
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from aiohttp import web
 
-    from exporters.retention import PeriodicRetention
+    from exporters.iceberg.retention import PeriodicRetention
     from telemetry.core.manager import TelemetryManager
     from telemetry.http.authentication import HttpAuthenticator
     from telemetry.ingest import IngestLog

@@ -27,12 +27,7 @@ from telemetry.wire.coordinator_messages import (
     coordinator_not_available,
     init_producer_id_response,
 )
-from telemetry.wire.errors import (
-    MalformedFrameError,
-    UnsupportedApiKeyError,
-    UnsupportedVersionError,
-    WireError,
-)
+from telemetry.wire.errors import MalformedFrameError, WireError
 from telemetry.wire.frames import (
     SIZE_PREFIX,
     Request,
@@ -47,6 +42,8 @@ from telemetry.wire.frames import (
 )
 from telemetry.wire.headers import (
     RequestHeader,
+    UnsupportedApiKeyError,
+    UnsupportedVersionError,
     request_header_version,
     response_header_version,
 )

@@ -29,9 +29,10 @@ from telemetry.wire.config_messages import (
     ListConfigResourcesRequest,
     ListConfigResourcesResponse,
 )
-from telemetry.wire.errors import UnsupportedApiKeyError, UnsupportedVersionError
 from telemetry.wire.headers import (
     RequestHeader,
+    UnsupportedApiKeyError,
+    UnsupportedVersionError,
     read_request_header_prefix,
     read_response_header,
     write_response_header,

@@ -11,15 +11,12 @@ class with a flag:
                                   any other key closes the connection
 
 The last two carry the request header, which is readable in both cases, so the
-caller can log the correlation id and client id (and answer ApiVersions).
+caller can log the correlation id and client id (and answer ApiVersions); they
+live beside ``RequestHeader`` in ``headers.py``, so this module needs nothing of
+the codec.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from telemetry.wire.headers import RequestHeader
 
 
 class WireError(ValueError):
@@ -42,30 +39,3 @@ class TooManyElementsError(MalformedFrameError):
     connection without decoding the elements (as Kafka does for a request it
     cannot read).
     """
-
-
-class UnsupportedApiKeyError(WireError):
-    """The header names an api key that kip714 does not implement."""
-
-    def __init__(self, header: RequestHeader) -> None:
-        super().__init__(
-            f"unsupported api key {header.api_key} (version {header.api_version}, "
-            f"correlation id {header.correlation_id})"
-        )
-        self.header = header
-
-
-class UnsupportedVersionError(WireError):
-    """A known api key at a version outside the range kip714 advertises.
-
-    Kafka answers an unsupported ApiVersions version with a v0 response carrying
-    UNSUPPORTED_VERSION (KIP-511), so the client can retry with a version it
-    shares with the broker; the header is kept for that answer.
-    """
-
-    def __init__(self, header: RequestHeader) -> None:
-        super().__init__(
-            f"unsupported version {header.api_version} of api key {header.api_key} "
-            f"(correlation id {header.correlation_id})"
-        )
-        self.header = header

@@ -23,13 +23,11 @@ from telemetry.wire.coordinator_messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from telemetry.wire.errors import (
-    MalformedFrameError,
-    UnsupportedApiKeyError,
-    UnsupportedVersionError,
-)
+from telemetry.wire.errors import MalformedFrameError
 from telemetry.wire.headers import (
     RequestHeader,
+    UnsupportedApiKeyError,
+    UnsupportedVersionError,
     read_request_header_prefix,
     read_response_header,
     response_header_version,

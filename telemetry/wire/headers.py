@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from telemetry.wire.apis import ApiKey, is_flexible
+from telemetry.wire.errors import WireError
 
 if TYPE_CHECKING:
     from telemetry.wire.primitives import Reader, Writer
@@ -94,3 +95,30 @@ def read_response_header(reader: Reader, header_version: int) -> int:
     if header_version >= 1:
         reader.tagged_fields()
     return correlation_id
+
+
+class UnsupportedApiKeyError(WireError):
+    """The header names an api key that kip714 does not implement."""
+
+    def __init__(self, header: RequestHeader) -> None:
+        super().__init__(
+            f"unsupported api key {header.api_key} (version {header.api_version}, "
+            f"correlation id {header.correlation_id})"
+        )
+        self.header = header
+
+
+class UnsupportedVersionError(WireError):
+    """A known api key at a version outside the range kip714 advertises.
+
+    Kafka answers an unsupported ApiVersions version with a v0 response carrying
+    UNSUPPORTED_VERSION (KIP-511), so the client can retry with a version it
+    shares with the broker; the header is kept for that answer.
+    """
+
+    def __init__(self, header: RequestHeader) -> None:
+        super().__init__(
+            f"unsupported version {header.api_version} of api key {header.api_key} "
+            f"(correlation id {header.correlation_id})"
+        )
+        self.header = header

@@ -27,7 +27,6 @@ OPTIONS: dict[str, Callable[[Path], Mapping[str, Any]]] = {
     "jsonl": lambda tmp: {"path": str(tmp / "contract.jsonl")},
     "otlp": lambda tmp: {"endpoint": _OTLP_SINK.url},
     "prometheus": lambda tmp: {"listen": "127.0.0.1:0"},
-    "parquet": lambda tmp: {"path": str(tmp / "landing")},
     "iceberg": lambda tmp: {"path": str(tmp / "lake")},
     "test-recorder": lambda tmp: {"path": str(tmp / "recorded.jsonl")},
 }

@@ -18,7 +18,7 @@ from exporters.iceberg.lanes import ProcessLane
 from exporters.iceberg.rows import write_data_file
 from exporters.iceberg.schema import INT64_MAX, lake_metrics_schema
 from exporters.otlp_rows import COLUMNS
-from exporters.parquet import ParquetExporter
+from tests.exporters.old_parquet import publish_old
 from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
 
 if TYPE_CHECKING:
@@ -156,17 +156,8 @@ def test_switching_from_a_parquet_landing_starts_after_its_last_publication(
 ) -> None:
     data = PRODUCER_PUSH.read_bytes()
 
-    async def parquet_landing() -> None:
-        landing = ParquetExporter({"path": str(tmp_path), "workers": 1})
-        landing.bind_log("log-1")
-        await landing.start()
-        try:
-            await landing.export([push(data, offset=i) for i in range(8)])
-            await landing.flush()
-        finally:
-            await landing.close()
-
-    asyncio.run(parquet_landing())
+    # A data directory the retired Parquet landing published offsets 0..7 of log-1 into.
+    publish_old(tmp_path, [push(data, offset=i) for i in range(8)], log_id="log-1")
     # The host replays from its own committed position, which may lag the landing.
     lake = run(tmp_path, [[push(data, offset=i) for i in range(12)]])
     assert lake.stats.replayed_pushes_skipped == 8
@@ -195,7 +186,11 @@ def test_the_entry_point_and_option_errors(tmp_path: Path) -> None:
         IcebergExporter({"catalog": {"type": "sql", "uri": "sqlite:///x"}, "warehouse": "/w"})
 
 
-def test_a_dead_worker_stops_the_landing_and_a_restart_lands_everything_once(
+def failing(exporter: IcebergExporter) -> str | None:
+    return exporter.failing
+
+
+def test_a_dead_worker_costs_its_generation_and_the_replay_lands_everything_once(
     tmp_path: Path,
 ) -> None:
     data = PRODUCER_PUSH.read_bytes()
@@ -214,20 +209,30 @@ def test_a_dead_worker_stops_the_landing_and_a_restart_lands_everything_once(
             await asyncio.to_thread(lane._handle.process.join, 10)
             with pytest.raises(TransientExportError):
                 await exporter.flush()
-            with pytest.raises(TransientExportError):
-                await exporter.export([push(data, offset=10)])
-            assert exporter.failure is not None
+            assert exporter.failure is None  # not stopped: it retries by itself
+            assert exporter.failing is not None
             assert exporter.durable_offset() == 5  # the host commits nothing past it
+            assert exporter.take_replay() == 5  # and feeds again from there, once
+            assert exporter.take_replay() is None
+            # As the host does: the same pushes again, retried until the backoff has passed.
+            for _ in range(200):
+                try:
+                    await exporter.export([push(data, offset=i) for i in range(5, 12)])
+                    break
+                except TransientExportError:
+                    await asyncio.sleep(0.05)
+            await exporter.flush()
+            assert failing(exporter) is None
+            assert exporter.durable_offset() == 12
         finally:
             await exporter.close()
         return exporter
 
     crashed = asyncio.run(crash())
-    assert crashed.stats.failures == 1
-    again = run(tmp_path, [[push(data, offset=i) for i in range(5, 12)]])
-    assert again.stats.replayed_pushes_skipped == 0
-    offsets = scan(again).column("push_offset").to_pylist()
-    per_push = crashed.stats.rows_landed // 5
+    assert crashed.stats.failure_streaks == 1
+    assert crashed.stats.failures >= 1
+    offsets = scan(crashed).column("push_offset").to_pylist()
+    per_push = crashed.stats.rows_landed // 12
     assert sorted(set(offsets)) == list(range(12))
     assert len(offsets) == 12 * per_push
 

@@ -4,7 +4,7 @@
 consumer without group (assigned a partition), two group consumers
 (subscribed; the classic group protocol and KIP-848's) and an admin client
 (``enable.metrics.push=true``) against kip714 for a few seconds with a 1 s
-subscription, then closes them. Their telemetry must land in Parquet once
+subscription, then closes them. Their telemetry must land in the table once
 per acknowledged push, under the software name the Java client sends in
 ApiVersions, and none of them may run into a missing API: the group
 consumers' FindCoordinator and the producer's InitProducerId are answered,
@@ -23,8 +23,7 @@ import subprocess
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.dataset as ds
-
+from tests.exporters.lake_support import table_rows
 from tests.kafka.kafka_dist import KAFKA_VERSION, java_command
 from tests.telemetry.serve_process import ServeProcess
 
@@ -36,7 +35,7 @@ CONFIG = """
 metrics = ["*"]
 "interval.ms" = 1000
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 path = "{landing}"
 max_file_age_s = 1
@@ -99,9 +98,7 @@ def prometheus(server: ServeProcess) -> dict[str, float]:
 
 
 def table(landing: Path, name: str, columns: list[str]) -> list[dict[str, Any]]:
-    dataset = ds.dataset(landing / name, format="parquet", partitioning="hive")
-    rows: list[dict[str, Any]] = dataset.to_table(columns=columns).to_pylist()
-    return rows
+    return table_rows(landing, columns, name)
 
 
 def test_java_clients_push_telemetry_that_lands_once_per_acknowledged_push(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.dataset as ds
+from tests.exporters.lake_support import table_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -17,7 +17,7 @@ KIP714_CONFIG = f"""
 [forward]
 token = "{TOKEN}"
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 max_file_age_s = 1
 """
@@ -55,12 +55,8 @@ def subscribe(broker: KafkaBroker, metrics: str, interval_ms: int) -> None:
 
 
 def landed_rows(data_dir: Path) -> list[dict[str, Any]]:
-    """Every data point kip714 landed under ``data_dir`` (its Parquet landing), one dict each."""
-    table = ds.dataset(data_dir / "metrics", format="parquet", partitioning="hive").to_table(
-        columns=list(LANDED_COLUMNS)
-    )
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
+    """Every data point kip714 landed under ``data_dir`` (its lake), one dict each."""
+    return table_rows(data_dir, LANDED_COLUMNS)
 
 
 def assert_forwarded_pushes_landed_once(

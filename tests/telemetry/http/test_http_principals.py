@@ -13,9 +13,9 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import pyarrow.dataset as ds
 
 from telemetry.errors import ErrorCode
+from tests.exporters.lake_support import table_rows
 from tests.telemetry.http.test_http_otlp import PROTOBUF, ROUTE, SDK_BODY
 from tests.telemetry.kafka_wire_client import otlp_payload
 from tests.telemetry.security.tls_support import make_certificates
@@ -32,7 +32,7 @@ CONFIG = """
 metrics = ["*"]
 "interval.ms" = 100
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 path = "{landing}"
 max_file_age_s = 0.2
@@ -49,15 +49,10 @@ push_byte_rate = 1
 
 
 def landed(landing: Path) -> set[tuple[str, str]]:
-    """(client_id, principal) of every published metrics row."""
-    # The landing makes a partition's directory before it renames the file in:
-    # a directory without a file yet is nothing landed (and no dataset schema).
-    if not any((landing / "metrics").rglob("*.parquet")):
-        return set()
-    table = ds.dataset(landing / "metrics", format="parquet", partitioning="hive").to_table(
-        columns=["client_id", "principal"]
-    )
-    return set(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
+    """(client_id, principal) of every committed metrics row."""
+    return {
+        (r["client_id"], r["principal"]) for r in table_rows(landing, ["client_id", "principal"])
+    }
 
 
 async def kip714_push(session: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""A real OpenTelemetry SDK app, configured only by ``OTEL_*`` variables, lands in Parquet.
+"""A real OpenTelemetry SDK app, configured only by ``OTEL_*`` variables, lands in the table.
 
 ``kip714 serve`` runs with its default configuration (plus a fast landing
 timer); ``otel_sdk_app.py`` runs in its own process so the environment
@@ -24,14 +24,15 @@ from typing import Any
 import pytest
 
 from telemetry.core.client_uuid import Uuid
-from tests.exporters.parquet_support import read_rows
+from tests.exporters.lake_support import read_rows
 from tests.telemetry.serve_process import ServeProcess
 
 APP = Path(__file__).with_name("otel_sdk_app.py")
 INSTANCE = "7f7b0d4e-1c0a-4e5e-9a53-1d5bb1a7a001"
 CONFIG = """
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
+drain_timeout_s = 60  # the last commit at SIGTERM, on a loaded machine
 [exporters.landing.options]
 path = "{landing}"
 max_file_age_s = 0.5
@@ -81,7 +82,7 @@ def test_an_sdk_app_lands_every_exported_point_once(
             },
             record,
         )
-        assert server.stop() == 0  # SIGTERM: flush and publish the landing
+        assert server.stop() == 0  # SIGTERM: flush and commit the landing
     finally:
         server.kill()
     exported = [json.loads(line) for line in record.read_text().splitlines()]

@@ -1,5 +1,5 @@
 """Real librdkafka clients over SASL_PLAINTEXT, SSL and SASL_SSL: their telemetry lands
-in Parquet under the principal they authenticated as."""
+in the table under the principal they authenticated as."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import pyarrow.dataset as ds
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._scram import (
@@ -35,6 +34,7 @@ from telemetry.wire.sasl_messages import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from tests.exporters.lake_support import table_rows
 from tests.telemetry.kafka_wire_client import WireClient
 from tests.telemetry.security.tls_support import make_certificates
 from tests.telemetry.server_support import get, running
@@ -49,7 +49,7 @@ CONFIG = """
 metrics = ["*"]
 "interval.ms" = 200
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
 path = "{landing}"
 max_file_age_s = 0.2
@@ -87,14 +87,9 @@ def config(tmp_path: Path, *, reauth_ms: int = 0, tls: bool = False) -> str:
 
 
 def principals(landing: Path) -> dict[str, int]:
-    """Rows per principal in the landing (published files only)."""
-    if not any((landing / "metrics").rglob("*.parquet")):  # no file published yet
-        return {}
-    table = ds.dataset(landing / "metrics", format="parquet", partitioning="hive").to_table(
-        columns=["principal"]
-    )
+    """Rows per principal in the landing (committed rows only)."""
     counts: dict[str, int] = {}
-    for principal in table.column("principal").to_pylist():
+    for principal in (r["principal"] for r in table_rows(landing, ["principal"])):
         counts[principal] = counts.get(principal, 0) + 1
     return counts
 

@@ -160,7 +160,7 @@ def test_data_dir_moves_every_builtin_exporter_without_a_path(tmp_path: Path) ->
 data_dir = "/var/lib/kip714"
 [exporters.landing]
 [exporters.kept]
-type = "parquet"
+type = "iceberg"
 [exporters.kept.options]
 path = "/srv/kept"
 [exporters.lines]

@@ -208,7 +208,7 @@ async def test_export_latency_is_observed(tmp_path: Path, failures: int) -> None
 
 
 class Buffering(Recorder):
-    """Lands only on ``flush`` (or when told), like the Parquet landing's large files."""
+    """Lands only on ``flush`` (or when told), like the landing's generations."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -15,7 +15,7 @@ from pyiceberg.catalog import load_catalog
 
 from tests.s3.s3proxy import ACCESS_KEY, CHECKSUM_ENV, REGION, SECRET_KEY, S3Proxy
 from tests.telemetry.serve_process import ServeProcess, run_clients
-from tests.telemetry.server.test_serve_parquet import (
+from tests.telemetry.server.landing_support import (
     POINTS_PER_PUSH,
     _push_until_stopped,
     jsonl_rows,

@@ -1,4 +1,4 @@
-"""``kip714 serve`` with retention: old landing and rollup hours go, recent ones stay, counted."""
+"""``kip714 serve`` with rollup retention: old rollup hours go, recent ones stay, counted."""
 
 from __future__ import annotations
 
@@ -22,11 +22,9 @@ CONFIG = """
 [rollups]
 retention_hours = 24
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 [exporters.landing.options]
-path = "{data}"
 workers = 1
-retention_hours = 24
 """
 
 
@@ -45,10 +43,8 @@ def metric_value(metrics: str, sample: str) -> float:
     raise AssertionError(f"{sample} not in /metrics")
 
 
-def test_serve_deletes_expired_landing_and_rollup_hours(tmp_path: Path) -> None:
+def test_serve_deletes_expired_rollup_hours(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    old_landing = make_hour(data_dir / "metrics", 72)
-    new_landing = make_hour(data_dir / "metrics", 0)
     old_rollup = make_hour(data_dir / "rollups" / "gauges_1m", 50)
     new_rollup = make_hour(data_dir / "rollups" / "gauges_1m", 2)
     other_rollup = make_hour(data_dir / "rollups" / "sums_1h", 30)
@@ -56,7 +52,7 @@ def test_serve_deletes_expired_landing_and_rollup_hours(tmp_path: Path) -> None:
 
     server = ServeProcess(data_dir, CONFIG.format(data=data_dir)).start()
     try:
-        gone = (old_landing, old_rollup, other_rollup)
+        gone = (old_rollup, other_rollup)
         partitions = "kip714_retention_deleted_partitions_total"
         # An hour vanishes from its listing before its pass is counted: wait for both.
         deadline = time.monotonic() + 30
@@ -65,10 +61,7 @@ def test_serve_deletes_expired_landing_and_rollup_hours(tmp_path: Path) -> None:
                 f"http://{server.http[0]}:{server.http[1]}/metrics", timeout=10
             ) as response:
                 metrics = response.read().decode()
-            counted = (
-                f'{partitions}{{dataset="rollups"}} 2.0' in metrics
-                and f'{partitions}{{dataset="landing"}} 1.0' in metrics
-            )
+            counted = f'{partitions}{{dataset="rollups"}} 2.0' in metrics
             if counted and not any(path.exists() for path in gone):
                 break
             time.sleep(0.05)
@@ -76,13 +69,12 @@ def test_serve_deletes_expired_landing_and_rollup_hours(tmp_path: Path) -> None:
     finally:
         server.kill()
     assert not any(path.exists() for path in gone)
-    assert new_landing.exists() and new_rollup.exists() and checkpoint.exists()
+    assert new_rollup.exists() and checkpoint.exists()
     assert metric_value(metrics, f'{partitions}{{dataset="rollups"}}') == 2
-    assert metric_value(metrics, f'{partitions}{{dataset="landing"}}') == 1
     assert metric_value(metrics, 'kip714_retention_deleted_bytes_total{dataset="rollups"}') > 0
-    assert metric_value(metrics, 'kip714_retention_failures_total{dataset="landing"}') == 0
+    assert metric_value(metrics, 'kip714_retention_failures_total{dataset="rollups"}') == 0
     deleted = [e for e in server.events() if "retention deleted" in e.get("event", "")]
-    assert len(deleted) == 3
+    assert len(deleted) == 2
     assert all(e["level"] == "info" for e in deleted)
 
 

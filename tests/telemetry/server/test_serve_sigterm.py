@@ -12,17 +12,13 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from telemetry.errors import ErrorCode
-from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
+from tests.exporters.lake_support import read_table
 from tests.telemetry.serve_process import ServeProcess
-from tests.telemetry.server.test_serve_parquet import (
+from tests.telemetry.server.landing_support import (
     POINTS_PER_PUSH,
     _push_until_stopped,
-    every_file_is_whole,
-    landed,
     wait_until,
 )
-from tests.telemetry.tiny_fs import fill, tiny_fs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,17 +28,25 @@ CONFIG = """
 metrics = ["*"]
 "interval.ms" = 100
 [exporters.landing]
-type = "parquet"
+type = "iceberg"
 drain_timeout_s = {drain}
 [exporters.landing.options]
-path = "{landing}"
 max_file_age_s = {age}
-max_rows_per_file = {rows}
+max_pending_rows = {rows}
 """
 
 
-def config(landing: Path, drain: float, age: float = 0.3, rows: int = 150) -> str:
-    return CONFIG.format(landing=landing, drain=drain, age=age, rows=rows)
+def config(drain: float, age: float = 0.3, rows: int = 150) -> str:
+    return CONFIG.format(drain=drain, age=age, rows=rows)
+
+
+def landed(data: Path) -> list[dict[str, Any]]:
+    """The committed ``metrics`` rows of the lake under ``data`` (what any reader sees)."""
+    table = read_table(data)
+    if not table.num_rows:
+        return []
+    rows: list[dict[str, Any]] = table.select(["push_offset", "metric_name"]).to_pylist()
+    return rows
 
 
 def readyz(server: ServeProcess) -> tuple[int, dict[str, Any]]:
@@ -55,24 +59,23 @@ def readyz(server: ServeProcess) -> tuple[int, dict[str, Any]]:
             return error.code, json.loads(error.read())
 
 
-def assert_each_push_landed_once(landing: Path, acknowledged: set[str]) -> None:
-    rows = landed(landing)
+def assert_each_push_landed_once(data: Path, acknowledged: set[str]) -> None:
+    rows = landed(data)
     per_name = collections.Counter(r["metric_name"] for r in rows)
     assert all(per_name[name] == POINTS_PER_PUSH for name in acknowledged)
     assert set(per_name.values()) == {POINTS_PER_PUSH}
     per_offset = collections.Counter(r["push_offset"] for r in rows)
     assert set(per_offset.values()) == {POINTS_PER_PUSH}
     assert len(per_offset) == len(per_name)
-    assert every_file_is_whole(landing) == len(rows)
 
 
 def test_sigterm_under_load_with_a_tiny_drain_timeout_lands_every_push_exactly_once(
     tmp_path: Path,
 ) -> None:
-    landing = tmp_path / "landing"
+    data = tmp_path / "data"
     # A drain and flush bound of 1 ms: every stop cuts the drain short, and a
-    # flush with a generation pending is cancelled while sealing.
-    text = config(landing, drain=0.001)
+    # flush with a generation pending is cancelled while committing.
+    text = config(drain=0.001)
     rng = random.Random(7140)
     acknowledged: set[str] = set()
     stopped_short = 0
@@ -97,62 +100,10 @@ def test_sigterm_under_load_with_a_tiny_drain_timeout_lands_every_push_exactly_o
     assert stopped_short >= 1
     assert len(acknowledged) >= 100
 
-    final = ServeProcess(tmp_path / "data", config(landing, drain=5.0)).start()
+    final = ServeProcess(data, config(drain=5.0)).start()
     try:
-        assert wait_until(lambda: acknowledged <= {r["metric_name"] for r in landed(landing)}, 30)
+        assert wait_until(lambda: acknowledged <= {r["metric_name"] for r in landed(data)}, 30)
         assert final.stop() == 0
     finally:
         final.kill()
-    assert_each_push_landed_once(landing, acknowledged)
-
-
-async def _push(server: ServeProcess, names: list[str]) -> set[str]:
-    client = await WireClient.connect(*server.kafka, client_id="probe")
-    acknowledged: set[str] = set()
-    try:
-        answer = await client.subscribe()
-        for name in names:
-            await asyncio.sleep(0.11)
-            response = await client.push(
-                answer.client_instance_id,
-                answer.subscription_id,
-                otlp_payload(name, points=POINTS_PER_PUSH),
-            )
-            if response.error_code == ErrorCode.NONE:
-                acknowledged.add(name)
-    finally:
-        await client.close()
-    return acknowledged
-
-
-def test_a_landing_that_fails_makes_readyz_503_and_sigterm_exit_1(tmp_path: Path) -> None:
-    with tiny_fs(tmp_path / "landing", 2 * 1024 * 1024) as landing:
-        text = config(landing, drain=2.0, age=0.2)
-        server = ServeProcess(tmp_path / "data", text).start()
-        try:
-            assert readyz(server) == (200, {"ready": True, "reasons": []})
-            filler = fill(landing)  # staging cannot be written any more
-            acknowledged = asyncio.run(_push(server, [f"full.{n}" for n in range(8)]))
-            assert len(acknowledged) == 8  # the log takes them; the landing cannot
-
-            def landing_failed() -> bool:
-                status, body = readyz(server)
-                return status == 503 and any("has failed" in r for r in body["reasons"])
-
-            assert wait_until(landing_failed, 30)
-            assert server.stop() == 1
-            (line,) = [e for e in server.events() if "exits with status 1" in e.get("event", "")]
-            assert "parquet landing" in line["event"]
-        finally:
-            server.kill()
-        filler.unlink()
-        restarted = ServeProcess(tmp_path / "data", text).start()
-        try:
-            assert readyz(restarted)[0] == 200
-            assert wait_until(
-                lambda: acknowledged <= {r["metric_name"] for r in landed(landing)}, 30
-            )
-            assert restarted.stop() == 0
-        finally:
-            restarted.kill()
-        assert_each_push_landed_once(landing, acknowledged)
+    assert_each_push_landed_once(data, acknowledged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -17,7 +18,8 @@ from tests.telemetry.serve_process import ServeProcess
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+ROOT = Path(__file__).resolve().parents[3]
+README = ROOT / "README.md"
 
 
 def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -28,6 +30,8 @@ def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
         cwd=cwd,
+        # The checkout under test, not whichever copy is installed.
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -137,3 +141,12 @@ def test_serve_runs_the_readme_config_and_names_every_path(tmp_path: Path) -> No
     assert (data / "lake" / "warehouse" / "kip714" / "metrics" / "metadata").is_dir()
     assert (data / "node_id").is_file()
     assert (data / "jsonl" / "debug.jsonl").exists()
+
+
+def test_the_retired_parquet_landing_is_refused_with_the_way_to_move(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text('[exporters.landing]\ntype = "parquet"\n')
+    listen = ["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"]
+    line = one_line(serve("--config", "c.toml", *listen, "--data-dir", "d", cwd=tmp_path))
+    assert "'parquet' is retired" in line
+    assert "kip714 lake import-parquet" in line
+    assert not (tmp_path / "d" / "metrics").exists()

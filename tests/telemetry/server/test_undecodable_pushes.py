@@ -18,16 +18,24 @@ import aiohttp
 
 from telemetry.errors import ErrorCode
 from telemetry.server.bootstrap import Server
-from tests.exporters.parquet_support import read_table
+from tests.exporters.lake_support import read_table
 from tests.telemetry.cli.test_log_cli import kip714_log
 from tests.telemetry.http.test_http_otlp import length_delimited, otlp_request, resource_metrics
 from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
-from tests.telemetry.server.test_serve_log_identity import CONFIG
 from tests.telemetry.server_support import running
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+CONFIG = """
+[subscriptions.all]
+metrics = ["*"]
+"interval.ms" = 100
+[exporters.landing]
+type = "iceberg"
+[exporters.landing.options]
+max_file_age_s = 0.3
+"""
 NOT_OTLP = b"\x8a\xff not an OTLP payload"
 UNDECODABLE = re.compile(r'^kip714_landing_undecodable_total\{exporter="landing"\} (\S+)$', re.M)
 WAIT_S = 30.0

@@ -1,24 +1,15 @@
-"""The landing's Parquet schemas, and turning flattened rows into Arrow tables.
+"""The landing's rows as Arrow: the ``metrics`` rows flattened pushes become, and raw ``pushes``.
 
-The ``metrics`` table is ``exporters.otlp_rows``'s row schema, with one
-storage change: the three times are ``timestamp[us, UTC]``,
-not nanoseconds. Spark (and Hive, and most engines) read Parquet timestamps
-at microsecond precision and refuse or mangle nanosecond ones, while no
-client metric is meaningful below a microsecond; the cast truncates.
-
-``date`` and ``hour`` are not columns of the files: they are Hive partition
-directories (``date=2026-11-21/hour=04``), the UTC date and hour of the data
-point's ``time`` (of ``received_time`` in the raw ``pushes`` table), so every
-Hive-aware reader adds them as columns and prunes on them. A data point whose
-``time`` is more than :data:`MAX_TIME_SKEW_US` from its push's
-``received_time`` is partitioned by the ``received_time`` hour instead (it
-keeps its own ``time``): a client's timestamps must not choose how many
-partitions, and so files, one push opens.
+The ``metrics`` rows are ``exporters.otlp_rows``'s row schema, with one
+storage change: the three times are ``timestamp[us, UTC]``, not
+nanoseconds. Spark (and most engines) read Parquet timestamps at microsecond
+precision and refuse or mangle nanosecond ones, while no client metric is
+meaningful below a microsecond; the cast truncates. ``exporters.iceberg.schema``
+turns these rows into the lake table's.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,34 +25,19 @@ if TYPE_CHECKING:
     from exporters.otlp_rows import Columns
 
 __all__ = [
-    "MAX_TIME_SKEW_US",
-    "METRICS_TABLE",
-    "PUSHES_TABLE",
-    "SCHEMA_VERSION",
     "TIME_COLUMNS",
     "hours_of",
-    "metrics_partition_hours",
     "metrics_schema",
     "metrics_table",
     "ns_to_us",
-    "partition_name",
     "pushes_schema",
     "pushes_table",
     "split_by_hour",
 ]
 
-METRICS_TABLE: Final = "metrics"
-PUSHES_TABLE: Final = "pushes"
-#: Written into every file's key-value metadata; raised when a column changes meaning.
-SCHEMA_VERSION: Final = "1"
 TIME_COLUMNS: Final = ("time", "start_time", "received_time")
 US_PER_HOUR: Final = 3_600_000_000
-#: Further than this from its push's receive time, a data point is
-#: partitioned by the receive time's hour (24 h: any honest clock, including
-#: one set to the wrong time zone, stays within it).
-MAX_TIME_SKEW_US: Final = 24 * US_PER_HOUR
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
-_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @functools.cache
@@ -146,28 +122,12 @@ def hours_of(column: Any) -> Any:
     return pc.divide(column.cast(pa.int64()), US_PER_HOUR)
 
 
-def metrics_partition_hours(table: pa.Table) -> tuple[Any, int]:
-    """The partition hour of every row of a metrics table, and how many rows are skewed.
-
-    The hour of ``time``, unless ``time`` is more than :data:`MAX_TIME_SKEW_US`
-    away from ``received_time``: then the hour of ``received_time``.
-    """
-    time_us = table.column("time").cast(pa.int64())
-    received_us = table.column("received_time").cast(pa.int64())
-    skewed = pc.greater(pc.abs(pc.subtract(time_us, received_us)), MAX_TIME_SKEW_US)
-    count = pc.sum(skewed.cast(pa.int64())).as_py() or 0
-    if count:
-        time_us = pc.if_else(skewed, received_us, time_us)
-    return pc.divide(time_us, US_PER_HOUR), count
-
-
 def split_by_hour(table: pa.Table, hours: Any) -> list[tuple[int, pa.Table]]:
     """``table`` cut into one piece per partition hour: ``(hours since epoch, rows)``.
 
-    ``hours`` holds each row's hour (``hours_of``, ``metrics_partition_hours``).
-    Almost every batch falls in one hour, which costs one ``min``/``max``
-    and no copy; only a batch that crosses an hour (or carries skewed client
-    clocks) is filtered per hour.
+    ``hours`` holds each row's hour (``hours_of``). Almost every batch falls
+    in one hour, which costs one ``min``/``max`` and no copy; only a batch
+    that crosses an hour is filtered per hour.
     """
     if table.num_rows == 0:
         return []
@@ -179,9 +139,3 @@ def split_by_hour(table: pa.Table, hours: Any) -> list[tuple[int, pa.Table]]:
         (int(hour), table.filter(pc.equal(hours, hour)))
         for hour in sorted(pc.unique(hours).to_pylist())
     ]
-
-
-def partition_name(hour: int) -> str:
-    """The Hive partition path of an hour since the epoch: ``date=YYYY-MM-DD/hour=HH``."""
-    stamp = _EPOCH + dt.timedelta(hours=hour)
-    return f"date={stamp:%Y-%m-%d}/hour={stamp:%H}"

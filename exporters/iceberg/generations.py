@@ -1,9 +1,8 @@
-"""What the buffering landings share: the age timer, a free worker, stopping a task.
+"""The landing's generations: the age timer, a free lane, fail-stop, flush and close.
 
-Both the Parquet landing and the Iceberg landing gather pushes into a
-*generation* that worker processes fill and that is sealed when it is old
-enough, so a quiet server still lands what it acknowledged; and both hand
-batches round robin to workers with a bounded queue each.
+The landing gathers pushes into a *generation* that its lanes fill and that
+is committed when it is old enough, so a quiet server still lands what it
+acknowledged; it hands batches round robin to lanes with a bounded queue each.
 """
 
 from __future__ import annotations

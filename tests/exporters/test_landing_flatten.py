@@ -24,8 +24,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 
 from exporters.api import LoggedPush
-from exporters.parquet import fast
-from exporters.parquet.flatten import flatten_to_table, reference_table
+from exporters.landing import fast
+from exporters.landing.flatten import flatten_to_table, reference_table
 from tests.exporters.support import CONSUMER_PUSH, PRODUCER_PUSH, T0, T1, kv, payload, push
 
 

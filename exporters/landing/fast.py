@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporters.landing.schema import metrics_schema, ns_to_us
 from exporters.otlp_rows import COLUMNS, FlattenStats
-from exporters.parquet.schema import metrics_schema, ns_to_us
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

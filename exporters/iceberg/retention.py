@@ -1,9 +1,11 @@
 """Hour-partition retention: delete ``<table>/date=YYYY-MM-DD/hour=HH/`` once it is too old.
 
-The Parquet landing prunes its tables with it (its ``retention_hours``
-option) and the server prunes the Spark rollups with it (``[rollups]
-retention_hours``); it lives here because ``telemetry`` may import
-``exporters`` and not the other way round. Standard library only.
+The server prunes the Spark rollups with it (``[rollups] retention_hours``):
+the Hive-partitioned rollups under ``<data_dir>/rollups/`` directly, and the
+lake's Iceberg rollup tables through ``PeriodicRetention`` (the schedule; the
+deletion is an Iceberg operation, ``telemetry.server.lake_rollups``). It lives
+beside the lake's maintenance because ``telemetry`` may import ``exporters``
+and not the other way round. Standard library only.
 
 Which partitions go is a pure decision (``expired_partitions``: an hour
 expires once all of it lies more than ``retention_hours`` before ``now_ms``),

@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from exporters.retention import (
+from exporters.iceberg.retention import (
     HOUR_MS,
     TRASH_DIR,
     HourPartition,
@@ -90,7 +90,7 @@ def test_prune_deletes_expired_hours_and_keeps_the_rest(
     hidden.mkdir(parents=True)
     sizes = {path: sum(f.stat().st_size for f in path.iterdir()) for path in old}
 
-    with caplog.at_level(logging.INFO, logger="exporters.retention"):
+    with caplog.at_level(logging.INFO, logger="exporters.iceberg.retention"):
         deleted = prune(
             [table, tmp_path / "absent"],
             now_ms=NOW_MS,
@@ -187,7 +187,7 @@ async def test_a_failed_pass_is_logged_and_retried(
     retention = PeriodicRetention(
         "test", lambda: [table], 24, interval_s=60, retry_s=0.05, clock_ms=lambda: NOW_MS
     )
-    with caplog.at_level(logging.INFO, logger="exporters.retention"):
+    with caplog.at_level(logging.INFO, logger="exporters.iceberg.retention"):
         retention.start()
         try:
             await _until(lambda: retention.stats.failures >= 1)

@@ -1,10 +1,12 @@
-"""Worker processes seen from the event loop: ordered requests, one future per reply.
+"""The landing's worker processes: ordered requests, one reply each, one future per reply.
 
-Each worker gets one pipe. Requests are pickled and written by a one-thread
-executor (so a full pipe never blocks the loop, and requests keep their
-order); a reader thread per worker receives the replies, which come back in
-request order, and resolves the oldest pending future. A worker that dies
-fails every pending and later request with ``WorkerFailedError``.
+``serve_requests`` is a worker's side: its loop answers each request in
+order. ``WorkerHandle`` is the event loop's side. Each worker gets one pipe.
+Requests are pickled and written by a one-thread executor (so a full pipe
+never blocks the loop, and requests keep their order); a reader thread per
+worker receives the replies, which come back in request order, and resolves
+the oldest pending future. A worker that dies fails every pending and later
+request with ``WorkerFailedError``.
 """
 
 from __future__ import annotations
@@ -13,40 +15,41 @@ import asyncio
 import collections
 import contextlib
 import multiprocessing
+import signal
 import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from exporters.parquet.worker import worker_main
+import pyarrow as pa
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from multiprocessing.connection import Connection
     from multiprocessing.context import SpawnProcess
 
-__all__ = ["WorkerFailedError", "WorkerHandle"]
+__all__ = ["WorkerFailedError", "WorkerHandle", "serve_requests"]
 
 
 class WorkerFailedError(Exception):
-    """A worker process died or reported a failure; its generation cannot be published."""
+    """A worker process died or reported a failure; its generation cannot be committed."""
 
 
 class WorkerHandle:
     """One worker process and its pipe.
 
-    ``target(connection, config)`` is the process's main function: the
-    Parquet landing's by default; the Iceberg landing passes its own.
-    ``config`` is pickled to the process and must have a ``worker_id`` or a
-    ``lane_id`` (it names the process and its threads).
+    ``target(connection, config)`` is the process's main function (it calls
+    ``serve_requests``). ``config`` is pickled to the process and must have
+    a ``lane_id`` (it names the process and its threads).
     """
 
     def __init__(
         self,
         config: Any,
-        target: Callable[[Connection, Any], None] = worker_main,
-        name: str = "kip714-parquet",
+        target: Callable[[Connection, Any], None],
+        name: str,
     ) -> None:
-        index = getattr(config, "worker_id", getattr(config, "lane_id", 0))
+        index = getattr(config, "lane_id", 0)
         # spawn, not fork: the server runs threads (the log's writer, the
         # exporter hosts' readers), and forking a threaded process can copy a
         # held lock into the child.
@@ -125,7 +128,7 @@ class WorkerHandle:
             if not self._pending:
                 return
             # Popped whatever its state: each request gets exactly one reply, in
-            # order, so a reply whose awaiter was cancelled (a seal given up at
+            # order, so a reply whose awaiter was cancelled (a write given up at
             # shutdown) is consumed here and the next reply meets the next request.
             future = self._pending.popleft()
             if future.done():
@@ -155,7 +158,7 @@ class WorkerHandle:
             loop.call_soon_threadsafe(fail_all)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask the worker to exit (it discards unsealed files), then reap it."""
+        """Ask the worker to exit (it discards unwritten rows), then reap it."""
         if self.process.is_alive() and self.failure is None and self._loop is not None:
             with contextlib.suppress(WorkerFailedError, TimeoutError):
                 await asyncio.wait_for(self.request(("stop",)), timeout_s)
@@ -172,3 +175,50 @@ class WorkerHandle:
         self._sender.shutdown(wait=True)
         self._conn.close()
         self.process.close()
+
+
+def serve_requests(
+    conn: Connection,
+    handlers: Mapping[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]],
+    poison: Callable[[str], None],
+    cleanup: Callable[[], None],
+) -> None:
+    """A worker process's loop: one reply per request, in order, until ``stop`` or EOF.
+
+    A request that fails is answered ``("error", traceback)`` and poisons the
+    worker: every later request but ``stop`` is refused, so work missing a
+    batch is never committed. ``cleanup`` runs on ``stop`` and when the parent
+    is gone (EOF): uncommitted work is discarded.
+    """
+    # The server handles SIGINT/SIGTERM and tells us when to stop; a Ctrl-C
+    # sent to the whole process group must not kill us before the final write.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The system allocator hands freed batches back to the OS; mimalloc kept
+    # about 40 MiB more resident here, for no measurable speed difference.
+    pa.set_memory_pool(pa.system_memory_pool())
+    poisoned: str | None = None
+    try:
+        while True:
+            try:
+                message: tuple[Any, ...] = conn.recv()
+            except (EOFError, OSError):
+                return  # the parent is gone
+            kind = message[0]
+            if kind == "stop":
+                cleanup()
+                conn.send(("stopped",))
+                return
+            try:
+                if poisoned is not None:
+                    raise RuntimeError(f"worker is poisoned: {poisoned}")
+                if kind not in handlers:
+                    raise ValueError(f"unknown request {kind!r}")
+                reply = handlers[kind](message)
+            except Exception:
+                poisoned = poisoned or traceback.format_exc(limit=8)
+                poison(poisoned)
+                reply = ("error", poisoned)
+            conn.send(reply)
+    finally:
+        cleanup()
+        conn.close()

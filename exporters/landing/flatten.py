@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from exporters.landing.fast import flatten_fast
+from exporters.landing.schema import metrics_schema, metrics_table
 from exporters.otlp_rows import FlattenStats, flatten_batch
-from exporters.parquet.fast import flatten_fast
-from exporters.parquet.schema import metrics_schema, metrics_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
