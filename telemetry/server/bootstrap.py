@@ -319,6 +319,8 @@ class Server:
             decompressor=self.listener.decompressor,
             quotas=http_quotas,
             memory=HttpRequestMemory(self.enforcement.request_memory, settings.http.memory_wait_ms),
+            refusals=self.enforcement.refusals,
+            decode_threads=settings.http.decode_threads,
         )
         registry.register(HttpIngestCollector(ingest.stats))
         store_stats = getattr(self.admin.store, "stats", None)
