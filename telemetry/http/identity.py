@@ -62,7 +62,7 @@ DEFAULT_MAX_ENTRIES: Final = 4096
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 #: One entry besides its strings: the table's slot, the 32-byte digest key, the
 #: (identity, size) tuple, the identity and its Uuid; measured with tracemalloc.
-ENTRY_OVERHEAD_BYTES: Final = 400
+ENTRY_OVERHEAD_BYTES: Final = 640
 
 #: The UUIDv5 namespace of OTLP client instance ids: ``uuid5(NAMESPACE_URL, "urn:kip714:otlp")``.
 OTLP_INSTANCE_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "urn:kip714:otlp")

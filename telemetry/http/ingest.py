@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor
 
     from telemetry.core.manager import TelemetryManager
+    from telemetry.http.decoding import FairDecoder
     from telemetry.http.identity import IdentityCache
     from telemetry.http.memory import HttpRequestMemory
     from telemetry.ingress import PushLog
@@ -25,11 +26,14 @@ __all__ = ["HttpIngest", "HttpIngestStats"]
 
 @dataclass(slots=True)
 class HttpIngestStats:
-    """Responses per route and HTTP status, and the OTLP route's identity cache, for /metrics."""
+    """Responses per route and HTTP status, and the OTLP route's identity cache and decoding
+    threads, for /metrics."""
 
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)
     #: Set by the OTLP route: its bytes and entries are read at scrape time.
     identity_cache: IdentityCache | None = None
+    #: Set by the OTLP route: the bodies waiting for a decoding thread, read at scrape time.
+    decoder: FairDecoder | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,8 @@ __all__ = ["HttpConnectionCollector", "HttpIngestCollector"]
 
 class HttpIngestCollector(Collector):
     """``kip714_http_ingest_responses_total{route,status}``, and the OTLP route's identity
-    cache: ``kip714_http_identity_cache_bytes`` (its byte bound's measure) and ``_entries``."""
+    cache (``kip714_http_identity_cache_bytes``, its byte bound's measure, and ``_entries``)
+    and decoding queue (``kip714_http_otlp_decode_queued``)."""
 
     def __init__(self, stats: HttpIngestStats) -> None:
         self.stats = stats
@@ -46,6 +47,13 @@ class HttpIngestCollector(Collector):
                 "kip714_http_identity_cache_entries",
                 "Identities the OTLP route's identity cache holds.",
                 value=len(cache),
+            )
+        decoder = self.stats.decoder
+        if decoder is not None:
+            yield GaugeMetricFamily(
+                "kip714_http_otlp_decode_queued",
+                "OTLP bodies waiting for a decoding thread ([http] decode_threads).",
+                value=decoder.queued(),
             )
 
 

@@ -222,6 +222,7 @@ class OtlpMetricsHandler:
         self._identities = IdentityCache(max_bytes=config.identity_cache_max_bytes)
         ingest.stats.identity_cache = self._identities
         self._decoder = FairDecoder(ingest.decode_threads)
+        ingest.stats.decoder = self._decoder
 
     def close(self) -> None:
         """Stop the decoding threads (a decode under way finishes on its own)."""
