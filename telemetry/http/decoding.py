@@ -10,6 +10,11 @@ each other sender ahead of its own, however many it has queued.
 
 A job's expected failures are best returned as values: an exception keeps
 its traceback's frames, and their buffers, alive as long as it is held.
+A body over 64 KiB is a heavy job (its parse is not bounded small): heavy
+jobs run on every thread but one (on the one, with a single thread), so a
+small body never waits for more than the small jobs ahead of it in turn,
+whatever big bodies other senders keep sending.
+
 Each job's CPU time on its thread comes back with its outcome, so the route
 charges it to the sender's request quota as it charges the event loop's
 time (a thread's wait for the GIL or for its turn is not the sender's
@@ -53,17 +58,19 @@ class Outcome(Generic[T]):
 
 
 class _Job(Generic[T]):
-    __slots__ = ("function", "future", "loop")
+    __slots__ = ("function", "future", "heavy", "loop")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Outcome[T]],
         function: Callable[[], T],
+        heavy: bool,
     ) -> None:
         self.loop = loop
         self.future = future
         self.function = function
+        self.heavy = heavy
 
     def run(self) -> None:
         future = self.future
@@ -96,6 +103,9 @@ class FairDecoder:
         if threads < 1:
             raise ValueError("at least one decoding thread")
         self._max_threads = threads
+        #: Heavy jobs run on all threads but one: a light job always finds a thread soon.
+        self._max_heavy = max(1, threads - 1)
+        self._heavy_running = 0
         self._name = name
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
@@ -115,15 +125,19 @@ class FairDecoder:
         """Jobs waiting for a thread."""
         return self._pending
 
-    async def run(self, sender: Hashable, function: Callable[[], T]) -> Outcome[T]:
+    async def run(
+        self, sender: Hashable, function: Callable[[], T], *, heavy: bool = False
+    ) -> Outcome[T]:
         """``function()`` on a decoding thread, in ``sender``'s turn; its outcome and CPU time.
 
-        Cancelling the wait drops a job not started yet; a started one
-        finishes on its thread and its outcome is dropped.
+        A ``heavy`` job (work not bounded small) waits, in its turn, while
+        all threads but one run heavy jobs. Cancelling the wait drops a job
+        not started yet; a started one finishes on its thread and its
+        outcome is dropped.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outcome[T]] = loop.create_future()
-        job = _Job(loop, future, function)
+        job = _Job(loop, future, function, heavy)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the decoding threads are stopped")
@@ -160,16 +174,39 @@ class FairDecoder:
     def _serve(self) -> None:
         while True:
             with self._lock:
-                while not self._queues and not self._closed:
+                job = self._next()
+                while job is None and not self._closed:
                     self._idle += 1
                     self._work.wait()
                     self._idle -= 1
-                if self._closed:
+                    job = self._next()
+                if job is None:  # closed
                     return
-                sender, queue = self._queues.popitem(last=False)
-                job = queue.popleft()
-                self._pending -= 1
-                if queue:  # back of the line: every other sender waiting goes first
-                    self._queues[sender] = queue
-            job.run()
+                heavy = job.heavy
+                if heavy:
+                    self._heavy_running += 1
+            try:
+                job.run()
+            finally:
+                if heavy:
+                    with self._lock:
+                        self._heavy_running -= 1
+                        if self._pending:  # a heavy job waiting for this slot
+                            self._work.notify()
             del job  # an idle thread must not keep the last job's outcome alive
+
+    def _next(self) -> _Job[Any] | None:
+        """The first job in turn this thread may take (under the lock); the sender goes last."""
+        if self._closed:
+            return None
+        for sender, queue in self._queues.items():
+            job = queue[0]
+            if job.heavy and self._heavy_running >= self._max_heavy:
+                continue  # keeps its turn
+            queue.popleft()
+            self._pending -= 1
+            del self._queues[sender]
+            if queue:  # back of the line: every other sender waiting goes first
+                self._queues[sender] = queue
+            return job  # the iteration ends here, so the table may change
+        return None

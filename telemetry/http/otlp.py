@@ -425,6 +425,7 @@ class OtlpMetricsHandler:
                 lambda: _decode_parse_group(
                     encoding, body, decoded_body, max_decoded, is_json, limits, identities, source
                 ),
+                heavy=decoded_body is None,  # over 64 KiB: its parse is not bounded small
             )
         except BaseException:
             if held is not None:

@@ -243,8 +243,8 @@ async def test_a_sender_is_served_while_another_keeps_the_decoding_threads_busy(
 ) -> None:
     """Sender A queues 6 big JSON bodies; sender B's small one waits for A's running ones only.
 
-    First come, first served (one thread) answered B after all 6; taking
-    turns, B waits for at most one of A's queued bodies (A's turn came first).
+    First come, first served (one thread) answered B after all 6. Now big
+    bodies use one of the two threads, so B's small one finds the other.
     """
     big = _big_json("a", 150)
     assert 64 * 1024 < len(big) < 1024 * 1024
@@ -272,8 +272,8 @@ async def test_a_sender_is_served_while_another_keeps_the_decoding_threads_busy(
         await asyncio.wait_for(asyncio.gather(*senders), 300)
         logged = await kafka.pushes()
     assert queued_before_b >= 4
-    # B was answered before at least 2 of the 4 bodies of A queued ahead of it.
-    assert order.index("b") <= 4, order
+    # B was answered before the bodies of A queued ahead of it (the running one may end first).
+    assert order.index("b") <= 1, order
     assert len(logged) == 7
 
 
