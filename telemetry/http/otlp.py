@@ -369,13 +369,14 @@ class OtlpMetricsHandler:
             if refusal.status != 413 or max_decoded <= INLINE_BYTES:
                 raise
             return None
-        if held is not None and inline is not body:
-            held.add(len(inline))
+        decoded_bytes = len(inline) if inline is not body else 0
         if is_json:
+            if held is not None and decoded_bytes:
+                held.add(decoded_bytes)
             return inline
         parsed = _parse(inline, False, self._limits)
-        if held is not None:
-            held.add(structure_bytes(parsed.resources))
+        if held is not None:  # one change of the pool: every SDK request comes here
+            held.add(decoded_bytes + structure_bytes(parsed.resources))
         return parsed
 
     async def _on_thread(
