@@ -560,7 +560,7 @@ def _parse(data: bytes, is_json: bool, limits: WireLimits) -> _Decoded:
     if is_json:
         export = ExportMetricsServiceRequest()
         try:
-            parse_json(data, export, limits.max_resources)
+            parse_json(data, export, limits.max_resources, limits.max_scopes)
         # One name per except clause: compiled code types each by its first use.
         except ResourceBoundError as too_many:
             raise _bound_refusal(too_many) from None

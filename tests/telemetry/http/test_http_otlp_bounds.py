@@ -64,6 +64,7 @@ def _bound_bodies() -> dict[str, tuple[bytes, dict[str, str], str]]:
     )
     assert len(many) > 64 * 1024  # read and grouped on a decoding thread
     json_many = json.dumps({"resourceMetrics": [{}] * 1001}).encode()
+    json_scopes = json.dumps({"resourceMetrics": [{"scopeMetrics": [{}] * 1001}]}).encode()
     scopes = length_delimited(
         1, length_delimited(1, sdk_resource()) + length_delimited(2, b"") * 1001
     )
@@ -74,6 +75,7 @@ def _bound_bodies() -> dict[str, tuple[bytes, dict[str, str], str]]:
         "resources-on-thread": (many, PROTOBUF, "max_resources_per_request"),
         "resources-json": (json_many, JSON, "max_resources_per_request"),
         "scopes": (scopes, PROTOBUF, "max_scopes_per_resource"),
+        "scopes-json": (json_scopes, JSON, "max_scopes_per_resource"),
         "resource-bytes": (wide, PROTOBUF, "max_resource_bytes"),
         "attribute-value": (long_value, PROTOBUF, "max_attribute_value_bytes"),
     }
