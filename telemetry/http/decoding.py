@@ -8,12 +8,13 @@ threads (``[http] decode_threads``, 2 by default) take one job from each
 sender with work waiting in turn, so a sender waits for at most one job of
 each other sender ahead of its own, however many it has queued.
 
+The route marks a body over 64 KiB heavy (its parse is not bounded small):
+heavy jobs run on every thread but one (on the one, with a single thread),
+so a small body waits only for the small jobs ahead of it in turn, whatever
+big bodies other senders keep sending.
+
 A job's expected failures are best returned as values: an exception keeps
 its traceback's frames, and their buffers, alive as long as it is held.
-A body over 64 KiB is a heavy job (its parse is not bounded small): heavy
-jobs run on every thread but one (on the one, with a single thread), so a
-small body never waits for more than the small jobs ahead of it in turn,
-whatever big bodies other senders keep sending.
 
 Each job's CPU time on its thread comes back with its outcome, so the route
 charges it to the sender's request quota as it charges the event loop's
