@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 
@@ -36,7 +37,7 @@ async def test_senders_take_turns_whatever_each_has_queued() -> None:
         first = asyncio.ensure_future(decoder.run("g", blocking))
         await _started(gate, started)
         jobs = [
-            asyncio.ensure_future(decoder.run(sender, lambda n=name: job(n)))
+            asyncio.ensure_future(decoder.run(sender, functools.partial(job, name)))
             for sender, name in (("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1"), ("c", "c1"))
         ]
         await asyncio.sleep(0)  # every job queued behind the gate
