@@ -35,6 +35,17 @@ an admin token), measurements each first idle then under attack:
    user's password on ``/v1/metrics``, beside the same client's proven (and
    remembered) Basic requests and ApiVersions round trips, idle and during the
    flood, with the RSS growth (goals: Kafka p99 < 100 ms, < 64 MiB).
+9. **OTLP floods of empty resources** (issue 35, item 1): Kafka RTT p99 and
+   the server's RSS growth while 1.4 KB zstd bodies of 8 million empty
+   ``ResourceMetrics`` are posted (refused at the 1,001st);
+10. **distinct big OTLP resources** (item 2): the same while anonymous
+   requests each bring a new 60 KB resource (the identity cache keeps a
+   digest per resource, within its byte bound);
+11. **a small OTLP/JSON export behind big ones** (item 7): its latency from
+   another address, idle and while two senders keep the decoding threads
+   busy with 1 MB JSON bodies, with Kafka RTT p99 and RSS growth.
+
+Targets for 4–6: Kafka RTT p99 < 100 ms, RSS growth < 64 MiB.
 
     python3 benchmarks/hostile_bench.py          # about a minute
     python3 benchmarks/hostile_bench.py --quick  # fewer attackers and bombs
@@ -61,6 +72,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import aiohttp
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests' helpers
 
@@ -71,11 +84,12 @@ from telemetry.wire.config_messages import DescribeConfigsRequest, DescribeConfi
 from telemetry.wire.headers import RequestHeader
 from telemetry.wire.sasl_messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.telemetry.http.test_http_memory import json_bomb
-from tests.telemetry.http.test_http_otlp import otlp_request, resource_metrics
+from tests.telemetry.http.test_http_otlp import length_delimited, otlp_request, resource_metrics
 from tests.telemetry.kafka_wire_client import WireClient, zstd_stream
 from tests.telemetry.server.test_decoded_bounds import empty_gauge_points
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from multiprocessing import Queue
 
 HOST: Final = "127.0.0.1"
@@ -568,6 +582,140 @@ async def basic_flood(
     return idle_rtt, attacked_rtt, idle_basic, attacked_basic, await watching - before, counts
 
 
+async def _under_attack(
+    server: Server, attack: Callable[[], Awaitable[object]]
+) -> tuple[float, float, float]:
+    """Kafka RTT p99 idle, then during ``attack()``, and the RSS growth (MiB) it caused."""
+    assert server.proc is not None
+    pid = server.proc.pid
+    idle = _p99(await _rtts(server, asyncio.Event(), 200))
+    before = _rss_mib(pid)
+    peak = before
+    stop = asyncio.Event()
+
+    async def sample_rss() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _rss_mib(pid))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.ensure_future(sample_rss())
+    measuring = asyncio.ensure_future(_rtts(server, stop, 100_000))
+    try:
+        await attack()
+    finally:
+        stop.set()
+    attacked = await measuring
+    await sampler
+    return idle, _p99(attacked), peak - before
+
+
+def _otlp_post(
+    server: Server, body: bytes, headers: dict[str, str], local: str = HOST
+) -> Awaitable[int]:
+    async def post() -> int:
+        connector = aiohttp.TCPConnector(local_addr=(local, 0))
+        timeout = aiohttp.ClientTimeout(total=600)
+        url = f"http://{HOST}:{server.http}/v1/metrics"
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.post(url, data=body, headers=headers) as response,
+        ):
+            await response.read()
+            return response.status
+
+    return post()
+
+
+async def empty_resource_floods(server: Server, bodies: int) -> tuple[float, float, float, int]:
+    """Item 1: zstd bodies of 8 million empty ResourceMetrics (16 MB decoded, ~1.4 KB sent)."""
+    bomb = zstd_stream(length_delimited(1, b"") * 8_000_000)
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "zstd"}
+    statuses: list[int] = []
+
+    async def attack() -> None:
+        for _ in range(bodies // 4):
+            statuses.extend(
+                await asyncio.gather(*(_otlp_post(server, bomb, headers) for _ in range(4)))
+            )
+
+    idle, attacked, grown = await _under_attack(server, attack)
+    return idle, attacked, grown, statuses.count(400)
+
+
+def _big_resource(index: int) -> bytes:
+    """A ResourceMetrics of one new 60 KB resource: four 15 KB attributes, under every bound."""
+    attributes = [KeyValue(key="service.name", value=AnyValue(string_value=f"svc-{index}"))] + [
+        KeyValue(key=f"note.{n}", value=AnyValue(string_value=f"{index}" + "x" * 15_000))
+        for n in range(4)
+    ]
+    return length_delimited(
+        1, length_delimited(1, Resource(attributes=attributes).SerializeToString())
+    )
+
+
+async def distinct_big_resources(server: Server, requests: int) -> tuple[float, float, float, int]:
+    """Item 2: every request a new 60 KB resource (once a 15 MiB attribute: now refused)."""
+    headers = {"Content-Type": "application/x-protobuf"}
+    statuses: list[int] = []
+
+    async def attack() -> None:
+        for start in range(0, requests, 16):
+            batch = [_big_resource(n) for n in range(start, min(start + 16, requests))]
+            statuses.extend(await asyncio.gather(*(_otlp_post(server, b, headers) for b in batch)))
+
+    idle, attacked, grown = await _under_attack(server, attack)
+    return idle, attacked, grown, statuses.count(200)
+
+
+def _small_json_export() -> bytes:
+    document = {
+        "resourceMetrics": [{
+            "resource": {"attributes": [
+                {"key": "service.name", "value": {"stringValue": "small"}},
+                {"key": "service.instance.id", "value": {"stringValue": "1"}},
+            ]},
+            "scopeMetrics": [{"metrics": [
+                {"name": f"m{i}", "gauge": {"dataPoints": [{"asInt": str(i)}]}} for i in range(12)
+            ]}],
+        }]
+    }  # fmt: skip
+    return json.dumps(document).encode()
+
+
+async def _export_ms(server: Server, body: bytes, local: str) -> float:
+    started = time.perf_counter()
+    status = await _otlp_post(server, body, {"Content-Type": "application/json"}, local)
+    assert status == 200, status
+    return (time.perf_counter() - started) * 1000
+
+
+async def small_export_behind_big_ones(
+    server: Server, big_per_sender: int
+) -> tuple[float, float, float, float, float]:
+    """Item 7: a 1 KB JSON export from 127.0.0.2 while two senders queue 1 MB JSON bodies."""
+    small = _small_json_export()
+    big = _bomb(1024 * 1024)
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    idle_export = statistics.median(
+        [await _export_ms(server, small, "127.0.0.2") for _ in range(5)]
+    )
+    behind: list[float] = []
+
+    async def attack() -> None:
+        senders = [
+            asyncio.ensure_future(_otlp_post(server, big, headers, local))
+            for local in ("127.0.0.3", "127.0.0.4")
+            for _ in range(big_per_sender)
+        ]
+        await asyncio.sleep(0.5)  # the big bodies are queued
+        behind.extend([await _export_ms(server, small, "127.0.0.2") for _ in range(3)])
+        await asyncio.gather(*senders)
+
+    idle, attacked, grown = await _under_attack(server, attack)
+    return idle_export, statistics.median(behind), idle, attacked, grown
+
+
 async def run(quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="kip714-hostile-") as workdir:
         server = Server(Path(workdir))
@@ -623,6 +771,29 @@ async def run(quick: bool) -> None:
             print(
                 f"Basic client p99:  idle {basic:8.2f} ms   during the flood "
                 f"{basic_flood_ms:8.2f} ms   (flood answers: {statuses})"
+            )
+            bodies = 8 if quick else 40
+            idle, attacked, grown, refused_count = await empty_resource_floods(server, bodies)
+            print(
+                f"Kafka RTT p99:     idle {idle:8.2f} ms   while {bodies} zstd bodies of 8M empty "
+                f"resources post {attacked:8.2f} ms   RSS +{grown:.0f} MiB   (goals < 100 ms, "
+                f"< 64 MiB; {refused_count} refused 400)"
+            )
+            requests = 200 if quick else 2000
+            idle, attacked, grown, landed = await distinct_big_resources(server, requests)
+            print(
+                f"Kafka RTT p99:     idle {idle:8.2f} ms   while {requests} new 60 KB resources "
+                f"post {attacked:8.2f} ms   RSS +{grown:.0f} MiB   (goals < 100 ms, < 64 MiB; "
+                f"{landed} answered 200)"
+            )
+            per_sender = 2 if quick else 6
+            export_idle, export_behind, idle, attacked, grown = await small_export_behind_big_ones(
+                server, per_sender
+            )
+            print(
+                f"1 KB JSON export:  idle {export_idle:8.2f} ms   behind 2x{per_sender} 1 MB JSON "
+                f"bodies {export_behind:8.2f} ms   Kafka RTT p99 idle {idle:.2f} ms, during "
+                f"{attacked:.2f} ms   RSS +{grown:.0f} MiB   (goals < 100 ms, < 64 MiB)"
             )
         finally:
             server.stop()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from telemetry.enforcement import ClientQuotas, QuotaSettings, Refusals
+from telemetry.http.settings import DEFAULT_DECODE_THREADS
 from telemetry.http.throttle import HttpQuotas
 from telemetry.ingress import wall_clock_ms
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor
 
     from telemetry.core.manager import TelemetryManager
+    from telemetry.http.decoding import FairDecoder
+    from telemetry.http.identity import IdentityCache
     from telemetry.http.memory import HttpRequestMemory
     from telemetry.ingress import PushLog
 
@@ -23,9 +26,14 @@ __all__ = ["HttpIngest", "HttpIngestStats"]
 
 @dataclass(slots=True)
 class HttpIngestStats:
-    """Responses per route and HTTP status, for the Prometheus layer."""
+    """Responses per route and HTTP status, and the OTLP route's identity cache and decoding
+    threads, for /metrics."""
 
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)
+    #: Set by the OTLP route: its bytes and entries are read at scrape time.
+    identity_cache: IdentityCache | None = None
+    #: Set by the OTLP route: the bodies waiting for a decoding thread, read at scrape time.
+    decoder: FairDecoder | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,5 +56,7 @@ class HttpIngest:
     decompressor: Executor | None = None
     #: The shared request-memory pool, as HTTP requests take from it; ``None``: unbounded.
     memory: HttpRequestMemory | None = None
-    #: Where requests a bound refused are counted (the server's ``Enforcement.refusals``).
+    #: Where the routes count the requests their bounds refuse (the server's, on /metrics).
     refusals: Refusals = field(default_factory=Refusals)
+    #: ``[http] decode_threads``: the OTLP route's decoding threads.
+    decode_threads: int = DEFAULT_DECODE_THREADS

@@ -8,7 +8,7 @@ waits for memory instead: at most ``[http] memory_wait_ms``, then it is
 answered 503 with ``Retry-After`` (never more memory). As in Kafka the pool
 is not strict: a request admitted while any memory is left may pass the
 bound by its own size, so the bound is exceeded by at most the requests
-being decoded at once (one per decoding thread: OTLP bodies above 64 KiB on
+being decoded at once (one per decoding thread: OTLP bodies on
 the OTLP route's, forwarded payloads on the Kafka listener's).
 """
 

@@ -19,7 +19,9 @@ __all__ = ["HttpConnectionCollector", "HttpIngestCollector"]
 
 
 class HttpIngestCollector(Collector):
-    """``kip714_http_ingest_responses_total{route,status}``."""
+    """``kip714_http_ingest_responses_total{route,status}``, and the OTLP route's identity
+    cache (``kip714_http_identity_cache_bytes``, its byte bound's measure, and ``_entries``)
+    and decoding queue (``kip714_http_otlp_decode_queued``)."""
 
     def __init__(self, stats: HttpIngestStats) -> None:
         self.stats = stats
@@ -33,6 +35,26 @@ class HttpIngestCollector(Collector):
         for (route, status), count in sorted(self.stats.responses.items()):
             responses.add_metric([route, str(status)], count)
         yield responses
+        cache = self.stats.identity_cache
+        if cache is not None:
+            yield GaugeMetricFamily(
+                "kip714_http_identity_cache_bytes",
+                "Bytes the OTLP route's identity cache holds "
+                "(bounded by [telemetry] identity_cache_max_bytes).",
+                value=cache.held_bytes,
+            )
+            yield GaugeMetricFamily(
+                "kip714_http_identity_cache_entries",
+                "Identities the OTLP route's identity cache holds.",
+                value=len(cache),
+            )
+        decoder = self.stats.decoder
+        if decoder is not None:
+            yield GaugeMetricFamily(
+                "kip714_http_otlp_decode_queued",
+                "OTLP bodies waiting for a decoding thread ([http] decode_threads).",
+                value=decoder.queued(),
+            )
 
 
 class HttpConnectionCollector(Collector):

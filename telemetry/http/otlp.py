@@ -10,7 +10,8 @@ answers them:
   were logged and others refused (their data points are counted as
   rejected, and the sender must not retry them).
 * 400 for a body that does not decode (its encoding, the JSON, or the
-  protobuf down to each resource: below), 413 for
+  protobuf down to each resource: below) or that passes one of the request's
+  bounds (its message names the ``[telemetry]`` key: below), 413 for
   a body over ``telemetry.max_bytes`` as sent or over
   ``telemetry.max_decompressed_bytes`` decoded, 415 for another content type
   (plain text, as the Collector answers) or an unknown ``Content-Encoding``.
@@ -21,14 +22,21 @@ answers them:
   memory_wait_ms`` (:mod:`telemetry.http.memory`). Both are retryable;
   ``Retry-After`` stays below 10 s.
 
-Memory and the event loop: the body as sent, then its decoded form, are held
-in the ``queued_max_request_bytes`` pool every door shares. A body whose
-compressed or decoded size passes 64 KiB is decompressed and parsed on one
-worker thread, one body at a time, so the loop keeps serving and decoded
-bodies never pile up in memory; every JSON body is parsed on that thread
-too (protobuf's JSON mapping is Python). A body that does not decode is charged to
-the sender's request quota (its principal, client id ``""``: the body named
-no identity) for the time spent on it, as any request is.
+Memory and the event loop: the body as sent, then its decoded form and
+what the walk down to its resources built, are held in the
+``queued_max_request_bytes`` pool every door shares. A body whose compressed
+or decoded size passes 64 KiB is decompressed and parsed on a decoding
+thread (:mod:`telemetry.http.decoding`: ``[http] decode_threads``, senders
+served in turn), so the loop keeps serving and decoded bodies never pile up
+in memory; every JSON body is parsed on a thread too (protobuf's JSON
+mapping is Python), and every request of several resources is grouped
+there. The loop reads a small protobuf body and, for one resource (every
+SDK request), looks its identity up, deriving it only for a small resource.
+A body that does not decode or passes a bound is charged to the sender's
+request quota (its principal, client id ``""``: the body named no identity)
+for the loop's and the thread's time spent on it, as any request is; each
+bound's refusals are counted in ``kip714_requests_refused_total{door="otlp",
+reason=<key>}``.
 
 Error bodies are a ``google.rpc.Status`` in the request's content type.
 
@@ -36,7 +44,10 @@ A protobuf body is read as wire format down to its resources, which are
 decoded whole; its metrics are left encoded for the landing, which decodes
 them anyway (:mod:`telemetry.http.otlp_wire`), so a body whose metrics do not
 decode is logged, and the landing skips and counts it, as it does a
-PushTelemetry payload that is not OTLP. A JSON body is parsed whole.
+PushTelemetry payload that is not OTLP. A JSON body is parsed whole. The
+walk checks the request's bounds as it goes, before any resource is grouped:
+``max_resources_per_request``, ``max_scopes_per_resource``,
+``max_resource_bytes`` and ``max_attribute_value_bytes`` (``[telemetry]``).
 
 Each resource gets its KIP-714 identity from its attributes
 (:mod:`telemetry.http.identity`); a request whose resources have one identity
@@ -50,13 +61,13 @@ applies to them, and every metric they send lands.
 Client quotas apply per (principal, derived client id), as on the Kafka
 listener (the principal is the client certificate's subject with mTLS, else
 ``ANONYMOUS``; :mod:`telemetry.http.principal`): an accepted request records
-its event-loop time and its bytes as sent (split among its identities by the
-size of their resources) and is answered 200; OTLP has no throttle field, so
-a throttle it earns mutes the entity and its next requests are 429 until the
-throttle has elapsed (:mod:`telemetry.http.throttle`). The sender is known
-only once the body is parsed, so a muted sender's request is read and
-parsed, then refused whole (unlogged, unrecorded) if any of its identities
-is muted.
+its event-loop time, its decoding thread's CPU time and its bytes as sent
+(split among its identities by the size of their resources) and is answered
+200; OTLP has no throttle field, so a throttle it earns mutes the entity and
+its next requests are 429 until the throttle has elapsed
+(:mod:`telemetry.http.throttle`). The sender is known only once the body is
+parsed, so a muted sender's request is read and parsed, then refused whole
+(unlogged, unrecorded) if any of its identities is muted.
 """
 
 from __future__ import annotations
@@ -64,7 +75,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import hdrs, web
@@ -75,7 +85,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from telemetry.enforcement import ClientEntity
+from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
 from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
 from telemetry.http.content import (
     BodyTooLargeError,
@@ -84,13 +94,18 @@ from telemetry.http.content import (
     read_body,
     sent_codec,
 )
+from telemetry.http.decoding import FairDecoder
 from telemetry.http.identity import IdentityCache, InvalidResourceError, OtlpIdentity
 from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
 from telemetry.http.otlp_wire import (
+    ResourceBoundError,
+    WireDecodeError,
+    WireLimits,
     WireResourceMetrics,
     encode_request,
     parse_request,
     resource_bytes,
+    structure_bytes,
 )
 from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
@@ -102,6 +117,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
     from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
 
+    from telemetry.http.decoding import Outcome
     from telemetry.http.ingest import HttpIngest
     from telemetry.http.memory import HeldMemory
 
@@ -119,6 +135,8 @@ _log = logging.getLogger(__name__)
 
 #: A payload as the log takes it: its bytes, their Kafka compression id, their decoded size.
 _Logged = tuple[bytes, int, int]
+#: The resources of a request by identity, in the order each identity first appears.
+_Groups = list[tuple[OtlpIdentity, list[WireResourceMetrics]]]
 
 
 def _uncompressed(encoded: bytes) -> _Logged:
@@ -128,8 +146,13 @@ def _uncompressed(encoded: bytes) -> _Logged:
 
 ROUTE: Final = "/v1/metrics"
 #: Bodies up to this size, as sent and decoded, are decoded on the event loop (and a
-#: protobuf one read there), larger ones decoded and parsed on one worker thread.
+#: protobuf one read there), larger ones decoded and parsed on a decoding thread.
 INLINE_BYTES: Final = 64 * 1024
+#: A request of one resource not cached yet, up to this size, has its identity derived
+#: on the loop (tens of µs); a bigger one's is derived on a decoding thread.
+INLINE_RESOURCE_BYTES: Final = 4 * 1024
+#: The door's name in ``kip714_requests_refused_total{door,reason}``.
+DOOR: Final = "otlp"
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
 _CONTENT_TYPES: Final = frozenset({PROTOBUF, JSON})
@@ -144,12 +167,21 @@ _UNAVAILABLE: Final = 14
 class _RefusedError(Exception):
     """Control flow to the one place that writes error responses."""
 
-    def __init__(self, status: int, code: int, message: str, retry_after: int | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: int,
+        message: str,
+        retry_after: int | None = None,
+        bound: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.retry_after_s = retry_after
+        #: The ``[telemetry]`` key of the bound that refused the request, if one did.
+        self.bound = bound
 
 
 def peer(request: web.Request) -> tuple[str | None, int | None]:
@@ -180,12 +212,21 @@ class OtlpMetricsHandler:
 
     def __init__(self, ingest: HttpIngest) -> None:
         self._ingest = ingest
-        self._identities = IdentityCache()
-        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-decode")
+        config = ingest.manager.config
+        self._limits = WireLimits(
+            max_resources=config.max_resources_per_request,
+            max_scopes=config.max_scopes_per_resource,
+            max_resource_bytes=config.max_resource_bytes,
+            max_attribute_value_bytes=config.max_attribute_value_bytes,
+        )
+        self._identities = IdentityCache(max_bytes=config.identity_cache_max_bytes)
+        ingest.stats.identity_cache = self._identities
+        self._decoder = FairDecoder(ingest.decode_threads)
+        ingest.stats.decoder = self._decoder
 
     def close(self) -> None:
-        """Stop the decoding thread (a decode under way finishes on its own)."""
-        self._decoder.shutdown(wait=False, cancel_futures=True)
+        """Stop the decoding threads (a decode under way finishes on its own)."""
+        self._decoder.close()
 
     async def handle(self, request: web.Request) -> web.Response:
         content_type = request.headers.get(hdrs.CONTENT_TYPE, "")
@@ -200,6 +241,8 @@ class OtlpMetricsHandler:
             try:
                 response = await self._export(request, content_type == JSON)
             except _RefusedError as refusal:
+                if refusal.bound is not None:
+                    self._ingest.refusals.count(DOOR, refusal.bound)
                 response = _status_response(refusal, content_type == JSON)
         self._ingest.stats.responses[(ROUTE, response.status)] += 1
         return response
@@ -223,22 +266,30 @@ class OtlpMetricsHandler:
         ingest = self._ingest
         user = request_user(request)
         encoding = request.headers.get(hdrs.CONTENT_ENCODING, "")
-        began_ns = started_ns = time.perf_counter_ns()
+        address, port = peer(request)
+        source = address or ""
+        started_ns = time.perf_counter_ns()
         loop_ns = 0  # the event loop's time before started_ns
+        thread_ns = 0  # a decoding thread's
         try:
-            # Inline first, without a coroutine: the usual body is small.
+            # Inline first, without a coroutine: the usual body is small, its identity cached.
             inline = self._decode_inline(encoding, body, is_json, held)
-            if not isinstance(inline, _Decoded):
-                loop_ns = time.perf_counter_ns() - started_ns
-                decoded = await self._decode_on_thread(encoding, body, inline, is_json, held)
-                started_ns = time.perf_counter_ns()
-            else:
+            groups = self._grouped_inline(inline, source) if isinstance(inline, _Decoded) else None
+            if isinstance(inline, _Decoded) and groups is not None:
                 decoded = inline
-            address, port = peer(request)
-            groups = self._grouped(decoded.resources, address or "")
+            else:
+                loop_ns = time.perf_counter_ns() - started_ns
+                outcome = await self._on_thread(user, source, encoding, body, inline, is_json, held)
+                started_ns = time.perf_counter_ns()
+                thread_ns = outcome.thread_ns
+                done = outcome.result()
+                del outcome
+                if isinstance(done, _RefusedError):
+                    raise done
+                decoded, groups = done
         except _RefusedError as refusal:
             if refusal.status == 400:  # a malformed body costs its sender like any request
-                spent_ns = time.perf_counter_ns() - began_ns
+                spent_ns = loop_ns + thread_ns + time.perf_counter_ns() - started_ns
                 ingest.quotas.finish_request(ClientEntity(user, ""), spent_ns, ingest.clock())
             raise
         if not groups:
@@ -247,20 +298,10 @@ class OtlpMetricsHandler:
         entities = [_entity(user, identity) for identity in identities]
         now_ms = ingest.clock()
         self._refuse_if_muted(entities, now_ms)
-        payloads: list[_Logged]
-        codec = sent_codec(encoding, body)
-        if len(groups) == 1 and not is_json and codec is not None:
-            # Every SDK request: log the body as sent, compressed as it came
-            # (the log decompresses on read), not its decoded copy.
-            payloads = [(body, codec, len(decoded.encoded))]
-        elif len(groups) == 1:
-            # The JSON form re-encoded, or a body in an encoding Kafka has no id for.
-            payloads = [_uncompressed(decoded.encoded)]
-        else:
-            payloads = [_uncompressed(encode_request(resources)) for _, resources in groups]
+        payloads = _payloads(groups, decoded, encoding, body, is_json)
         del decoded  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
-        self._record(entities, payloads, len(body), loop_ns, now_ms)
+        self._record(entities, payloads, len(body), loop_ns + thread_ns, now_ms)
         if len(payloads) == 1:
             context = _push_context(identities[0], user, address, port, now_ms)
             failed = await self._append_one(context, payloads[0])
@@ -286,39 +327,39 @@ class OtlpMetricsHandler:
         )
         return _message_response(response, is_json)
 
-    def _grouped(
-        self, resources: Sequence[WireResourceMetrics], address: str
-    ) -> list[tuple[OtlpIdentity, list[WireResourceMetrics]]]:
-        """The resources by identity, in the order each identity first appears.
+    def _grouped_inline(self, decoded: _Decoded, source: str) -> _Groups | None:
+        """The groups of a body read on the loop, when that is cheap; ``None``: the thread's work.
 
-        A 400 for a resource that does not decode (the rest of the request
-        may have been read as wire format only: :mod:`telemetry.http.otlp_wire`).
+        Cheap is every SDK request: one resource, its identity cached, or
+        small enough to derive in tens of µs. A request of several resources
+        (a Collector's) is grouped on a decoding thread: up to
+        ``max_resources_per_request`` identities to derive.
         """
-        identities = self._identities
-        try:
-            if len(resources) == 1:  # every SDK request: nothing to group, no identity hashed
-                only = resources[0]
-                return [(identities.identity(resource_bytes(only), address), [only])]
-            groups: dict[OtlpIdentity, list[WireResourceMetrics]] = {}
-            for resource in resources:
-                identity = identities.identity(resource_bytes(resource), address)
-                groups.setdefault(identity, []).append(resource)
-        except InvalidResourceError as invalid:
-            message = f"invalid OTLP protobuf: a resource does not decode: {invalid}"
-            raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
-        return list(groups.items())
+        resources = decoded.resources
+        if not resources:
+            return []
+        if len(resources) > 1:
+            return None
+        only = resources[0]
+        resource = resource_bytes(only)
+        identity = self._identities.cached(resource, source)
+        if identity is None:
+            if len(resource) > INLINE_RESOURCE_BYTES:
+                return None
+            return _grouped(self._identities, resources, source)
+        return [(identity, [only])]
 
     def _decode_inline(
         self, encoding: str, body: bytes, is_json: bool, held: HeldMemory | None
     ) -> _Decoded | bytes | None:
-        """What the loop does of a body: all of it, its decoding only, or nothing.
+        """What the loop does of a body: all of its reading, its decoding only, or nothing.
 
         A body up to 64 KiB as sent and decoded is decoded on the loop (C
-        codecs, bounded), and a protobuf one read there too (upb, down to the
-        resources); a JSON body is returned decoded, to be parsed on the
-        thread (``json_format`` is Python, about 0.3 µs a byte: 20 ms of a
-        64 KiB body). ``None`` for a bigger body: decoding and parsing go to
-        the thread, one body at a time (:meth:`_decode_on_thread`).
+        codecs, bounded), and a protobuf one read there too (the wire walk,
+        down to the resources, checking the bounds); a JSON body is returned
+        decoded, to be parsed on a thread (``json_format`` is Python, about
+        0.3 µs a byte: 20 ms of a 64 KiB body). ``None`` for a bigger body:
+        decoding and parsing go to a decoding thread (:meth:`_on_thread`).
         """
         if len(body) > INLINE_BYTES:
             return None
@@ -329,53 +370,80 @@ class OtlpMetricsHandler:
             if refusal.status != 413 or max_decoded <= INLINE_BYTES:
                 raise
             return None
-        if held is not None and inline is not body:
-            held.add(len(inline))
-        return inline if is_json else _parse(inline, False)
+        decoded_bytes = len(inline) if inline is not body else 0
+        if is_json:
+            if held is not None and decoded_bytes:
+                held.add(decoded_bytes)
+            return inline
+        parsed = _parse(inline, False, self._limits)
+        if held is not None:  # one change of the pool: every SDK request comes here
+            held.add(decoded_bytes + structure_bytes(parsed.resources))
+        return parsed
 
-    async def _decode_on_thread(
+    async def _on_thread(
         self,
+        user: str,
+        source: str,
         encoding: str,
         body: bytes,
-        decoded_body: bytes | None,
+        inline: _Decoded | bytes | None,
         is_json: bool,
         held: HeldMemory | None,
-    ) -> _Decoded:
-        """The parse (and decoding, when ``decoded_body`` is ``None``) from the decoding thread.
+    ) -> Outcome[tuple[_Decoded, _Groups] | _RefusedError]:
+        """What the loop left of a body, done on a decoding thread in its sender's turn.
 
-        A compressed body queues for that thread only once it holds
-        ``max_decompressed_bytes`` of request memory (Kafka reserves a whole
-        request before reading it); the hold shrinks to the decoded size after.
-        A body decoded on the loop holds its decoded size already.
+        ``inline`` is what the loop did: the body read (grouping is left),
+        decoded (parsing and grouping are left), or nothing. A compressed body
+        queues only once it holds ``max_decompressed_bytes`` of request memory
+        (Kafka reserves a whole request before reading it); the hold shrinks
+        to the decoded size after, plus what the walk built. The sender, for
+        taking turns: its principal, or an anonymous sender's address.
         """
-        loop = asyncio.get_running_loop()
-        if decoded_body is not None:
-            parsed: _Decoded = await loop.run_in_executor(
-                self._decoder, _parse, decoded_body, is_json
+        sender = (user, source if user == ANONYMOUS_USER else "")
+        identities = self._identities
+        limits = self._limits
+        if isinstance(inline, _Decoded):
+            parsed = inline
+            return await self._decoder.run(
+                sender, lambda: _group_parsed(parsed, identities, source)
             )
-            return parsed
         max_decoded = self._ingest.manager.config.max_decompressed_bytes
-        compressed = encoding.strip().lower() not in ("", "identity")
-        reserved = max_decoded if compressed and held is not None else 0
-        memory = self._ingest.memory
-        if (
-            reserved
-            and memory is not None
-            and held is not None
-            and not await memory.grow(held, reserved)
-        ):
-            raise _memory_refusal(memory.wait_s)
+        reserved = 0
+        if inline is None:
+            compressed = encoding.strip().lower() not in ("", "identity")
+            reserved = max_decoded if compressed and held is not None else 0
+            memory = self._ingest.memory
+            if (
+                reserved
+                and memory is not None
+                and held is not None
+                and not await memory.grow(held, reserved)
+            ):
+                raise _memory_refusal(memory.wait_s)
+        decoded_body = inline
         try:
-            decoded = await loop.run_in_executor(
-                self._decoder, _decode_and_parse, encoding, body, max_decoded, is_json
+            outcome = await self._decoder.run(
+                sender,
+                lambda: _decode_parse_group(
+                    encoding, body, decoded_body, max_decoded, is_json, limits, identities, source
+                ),
+                heavy=decoded_body is None,  # over 64 KiB: its parse is not bounded small
             )
         except BaseException:
             if held is not None:
                 held.add(-reserved)
             raise
         if held is not None:
-            held.add((len(decoded.data) if decoded.data is not body else 0) - reserved)
-        return decoded
+            grown = -reserved
+            if isinstance(outcome.value, tuple):
+                decoded = outcome.value[0]
+                if decoded.data is not body and decoded_body is None:
+                    grown += len(decoded.data)
+                if decoded.encoded is not decoded.data:  # JSON: its protobuf form too
+                    grown += len(decoded.encoded)
+                grown += structure_bytes(decoded.resources)
+            held.add(grown)
+        return outcome
 
     def _refuse_if_muted(self, entities: Sequence[ClientEntity], now_ms: int) -> None:
         """429 while a throttle an identity earned earlier runs (Kafka's muted channel)."""
@@ -469,23 +537,72 @@ class _Decoded:
         self.resources = resources
 
 
-def _parse(data: bytes, is_json: bool) -> _Decoded:
-    """The body's resources: a protobuf body read down to them, a JSON body parsed whole."""
+def _payloads(
+    groups: _Groups, decoded: _Decoded, encoding: str, body: bytes, is_json: bool
+) -> list[_Logged]:
+    """What is logged of a request: one payload per identity."""
+    codec = sent_codec(encoding, body)
+    if len(groups) == 1 and not is_json and codec is not None:
+        # Every SDK request: log the body as sent, compressed as it came
+        # (the log decompresses on read), not its decoded copy.
+        return [(body, codec, len(decoded.encoded))]
+    if len(groups) == 1:
+        # The JSON form re-encoded, or a body in an encoding Kafka has no id for.
+        return [_uncompressed(decoded.encoded)]
+    return [_uncompressed(encode_request(resources)) for _, resources in groups]
+
+
+def _parse(data: bytes, is_json: bool, limits: WireLimits) -> _Decoded:
+    """The body's resources: a protobuf body walked down to them, a JSON body parsed whole.
+
+    A 400 for a body over one of ``limits``, found before anything past the
+    bound is built; its refusal names the bound's key.
+    """
     encoded = data
     if is_json:
         export = ExportMetricsServiceRequest()
         try:
-            parse_json(data, export)
+            parse_json(data, export, limits.max_resources, limits.max_scopes)
+        # One name per except clause: compiled code types each by its first use.
+        except ResourceBoundError as too_many:
+            raise _bound_refusal(too_many) from None
         except OtlpJsonError as error:
             raise _RefusedError(400, _INVALID_ARGUMENT, f"invalid OTLP/JSON: {error}") from None
         encoded = export.SerializeToString()
     try:
-        resources = parse_request(encoded)
-    except Exception as undecodable:  # upb raises DecodeError, deep nesting included
-        # One name per except clause: compiled code types each by its first use.
+        resources = parse_request(encoded, limits)
+    except ResourceBoundError as over:
+        raise _bound_refusal(over) from None
+    except WireDecodeError as undecodable:
         message = f"invalid OTLP protobuf: {undecodable}"
         raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
     return _Decoded(data, encoded, resources)
+
+
+def _bound_refusal(bound: ResourceBoundError) -> _RefusedError:
+    return _RefusedError(400, _INVALID_ARGUMENT, f"refused: {bound}", bound=bound.key)
+
+
+def _grouped(
+    identities: IdentityCache, resources: Sequence[WireResourceMetrics], address: str
+) -> _Groups:
+    """The resources by identity, in the order each identity first appears.
+
+    A 400 for a resource that does not decode (the rest of the request has
+    been read as wire format only: :mod:`telemetry.http.otlp_wire`).
+    """
+    try:
+        if len(resources) == 1:  # every SDK request: nothing to group
+            only = resources[0]
+            return [(identities.identity(resource_bytes(only), address), [only])]
+        groups: dict[OtlpIdentity, list[WireResourceMetrics]] = {}
+        for resource in resources:
+            identity = identities.identity(resource_bytes(resource), address)
+            groups.setdefault(identity, []).append(resource)
+    except InvalidResourceError as invalid:
+        message = f"invalid OTLP protobuf: a resource does not decode: {invalid}"
+        raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
+    return list(groups.items())
 
 
 def _data_points(encoded: bytes) -> int:
@@ -521,9 +638,47 @@ def _decode(encoding: str, body: bytes, max_decompressed: int) -> bytes:
         raise _RefusedError(400, _INVALID_ARGUMENT, str(invalid)) from None
 
 
-def _decode_and_parse(encoding: str, body: bytes, max_decompressed: int, is_json: bool) -> _Decoded:
-    """On the worker thread: decode and parse one body."""
-    return _parse(_decode(encoding, body, max_decompressed), is_json)
+def _decode_parse_group(
+    encoding: str,
+    body: bytes,
+    decoded_body: bytes | None,
+    max_decompressed: int,
+    is_json: bool,
+    limits: WireLimits,
+    identities: IdentityCache,
+    address: str,
+) -> tuple[_Decoded, _Groups] | _RefusedError:
+    """On a decoding thread: decode (unless the loop did), parse and group one body.
+
+    A refusal is returned, not raised, and detached from the exceptions it
+    was raised from: their frames hold the decoded buffer, which must go as
+    soon as the thread is done with it.
+    """
+    try:
+        data = (
+            decoded_body if decoded_body is not None else _decode(encoding, body, max_decompressed)
+        )
+        decoded = _parse(data, is_json, limits)
+        return decoded, _grouped(identities, decoded.resources, address)
+    except _RefusedError as refusal:
+        return _detached(refusal)
+
+
+def _detached(refusal: _RefusedError) -> _RefusedError:
+    """``refusal`` without its traceback or context, whose frames hold the decoded buffers."""
+    return _RefusedError(
+        refusal.status, refusal.code, refusal.message, refusal.retry_after_s, refusal.bound
+    )
+
+
+def _group_parsed(
+    parsed: _Decoded, identities: IdentityCache, address: str
+) -> tuple[_Decoded, _Groups] | _RefusedError:
+    """On a decoding thread: group a body the loop read (a refusal returned, as above)."""
+    try:
+        return parsed, _grouped(identities, parsed.resources, address)
+    except _RefusedError as refusal:
+        return _detached(refusal)
 
 
 def _memory_refusal(wait_s: float) -> _RefusedError:

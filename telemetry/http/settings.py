@@ -17,16 +17,19 @@ DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 
 #: ``[http]`` keys this module parses (``listen`` and ``tls`` belong to the server and security).
 HTTP_LIMIT_KEYS: Final = frozenset(
-    {"header_timeout_ms", "body_timeout_ms", "memory_wait_ms", "metrics_auth"}
+    {"header_timeout_ms", "body_timeout_ms", "memory_wait_ms", "metrics_auth", "decode_threads"}
 )
 #: ``[http] metrics_auth``: who may read ``/metrics``.
 METRICS_AUTH_VALUES: Final = ("none", "admin")
+#: ``[http] decode_threads``: the OTLP route's decoding threads (telemetry.http.decoding).
+DEFAULT_DECODE_THREADS: Final = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HttpLimits:
     """``[http]``: how long a request's headers and body may take (telemetry.http.connections),
-    how long a request waits for request memory before a 503 (telemetry.http.memory), and
+    how long a request waits for request memory before a 503 (telemetry.http.memory), how
+    many threads decode OTLP bodies, senders served in turn (telemetry.http.decoding), and
     who may read ``/metrics``."""
 
     header_timeout_ms: int = 10_000
@@ -34,6 +37,7 @@ class HttpLimits:
     memory_wait_ms: int = 5_000
     #: ``"none"``: ``/metrics`` is open; ``"admin"``: it needs what the HTTP admin API needs.
     metrics_auth: str = "none"
+    decode_threads: int = DEFAULT_DECODE_THREADS
 
 
 def parse_http_limits(section: Mapping[str, Any]) -> HttpLimits:
@@ -51,6 +55,9 @@ def parse_http_limits(section: Mapping[str, Any]) -> HttpLimits:
             "http.body_timeout_ms", section.get("body_timeout_ms", 60_000), 1
         ),
         memory_wait_ms=toml.integer("http.memory_wait_ms", section.get("memory_wait_ms", 5_000), 0),
+        decode_threads=toml.integer(
+            "http.decode_threads", section.get("decode_threads", DEFAULT_DECODE_THREADS), 1, 64
+        ),
     )
 
 

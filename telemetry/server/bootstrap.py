@@ -287,6 +287,7 @@ class Server:
             quotas=http_quotas,
             memory=HttpRequestMemory(self.enforcement.request_memory, settings.http.memory_wait_ms),
             refusals=self.enforcement.refusals,
+            decode_threads=settings.http.decode_threads,
         )
         registry.register(HttpIngestCollector(ingest.stats))
         store_stats = getattr(self.admin.store, "stats", None)

@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 from exporters.iceberg.lake import lake_location
 from telemetry import toml_checks as toml
 from telemetry.admin.settings import AdminSettings, parse_admin
-from telemetry.core.settings import TelemetryConfig, parse_subscriptions, parse_telemetry
+from telemetry.core.settings import (
+    OTLP_LIMIT_KEYS,
+    TelemetryConfig,
+    parse_subscriptions,
+    parse_telemetry,
+)
 from telemetry.core.subscriptions import Subscription, validate_subscription
 from telemetry.enforcement import LimitSettings, QuotaSettings, parse_limits, parse_quotas
 from telemetry.errors import ConfigError
@@ -251,6 +256,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
                     "max_decompressed_bytes",
                     "instance_cache_size",
                     "instance_cache_expiry_ms",
+                    *OTLP_LIMIT_KEYS,
                 },
             )
         ),

@@ -99,6 +99,7 @@ async def running_http(
         log=kafka.log,
         clock=kafka.clock if kafka.clock is not None else wall_clock_ms,
         quotas=HttpQuotas(kafka.listener.enforcement.clients, max_muted),
+        refusals=kafka.listener.enforcement.refusals,
     )
     app = web.Application()
     add_ingest_routes(app, ingest)

@@ -28,6 +28,15 @@ def test_embedded_defaults_need_no_file() -> None:
     assert settings.subscriptions[0].interval_ms == 60_000
     assert [(e.name, e.type) for e in settings.exporters] == [("landing", "iceberg")]
     assert settings.telemetry.max_bytes == 1_048_576
+    telemetry = settings.telemetry
+    assert (
+        telemetry.max_resources_per_request,
+        telemetry.max_scopes_per_resource,
+        telemetry.max_resource_bytes,
+        telemetry.max_attribute_value_bytes,
+        telemetry.identity_cache_max_bytes,
+    ) == (1000, 1000, 64 * 1024, 16 * 1024, 64 * 1024 * 1024)
+    assert settings.http.decode_threads == 2
     assert settings.config_path is None
 
 
@@ -39,6 +48,8 @@ data_dir = "/var/lib/kip714"
 [telemetry]
 max_bytes = 2048
 instance_cache_size = 10
+max_resources_per_request = 5000
+identity_cache_max_bytes = 1048576
 [kafka]
 listen = "0.0.0.0:19092"
 advertised = "kip714.example:9092"
@@ -56,6 +67,9 @@ metrics = "*"
     assert settings.config_path == path
     assert settings.telemetry.max_bytes == 2048
     assert settings.telemetry.instance_cache_size == 10
+    assert settings.telemetry.max_resources_per_request == 5000
+    assert settings.telemetry.identity_cache_max_bytes == 1048576
+    assert settings.telemetry.max_scopes_per_resource == 1000  # a default
     assert (settings.kafka.host, settings.kafka.port) == ("0.0.0.0", 19092)
     assert (settings.kafka.advertised_host, settings.kafka.advertised_port) == (
         "kip714.example",
@@ -111,6 +125,14 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         ('[kafka]\nlisten = "h:99999"', "kafka.listen", "h:99999"),
         ("[telemetry]\nmax_bytes = 0", "telemetry.max_bytes", 0),
         ('[telemetry]\nmax_bytes = "big"', "telemetry.max_bytes", "big"),
+        ("[telemetry]\nmax_resources_per_request = 0", "telemetry.max_resources_per_request", 0),
+        ("[telemetry]\nmax_scopes_per_resource = -1", "telemetry.max_scopes_per_resource", -1),
+        ('[telemetry]\nmax_resource_bytes = "64k"', "telemetry.max_resource_bytes", "64k"),
+        ("[telemetry]\nmax_attribute_value_bytes = 0", "telemetry.max_attribute_value_bytes", 0),
+        ("[telemetry]\nidentity_cache_max_bytes = 0", "telemetry.identity_cache_max_bytes", 0),
+        ("[telemetry]\nmax_resources = 5", "telemetry.max_resources", 5),
+        ("[http]\ndecode_threads = 0", "http.decode_threads", 0),
+        ("[http]\ndecode_threads = 65", "http.decode_threads", 65),
         ("[log]\nsegment_bytes = 10\nmax_bytes = 15", "log.segment_bytes", 10),
         ("[log]\nmax_pending_decoded_bytes = 1000", "log.max_pending_decoded_bytes", 1000),
         ('[subscriptions.s]\n"interval.ms" = 50', "subscriptions.s", None),
