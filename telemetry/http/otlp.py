@@ -39,6 +39,8 @@ bound's refusals are counted in ``kip714_requests_refused_total{door="otlp",
 reason=<key>}``.
 
 Error bodies are a ``google.rpc.Status`` in the request's content type.
+What is done to a body alone (decode, walk, group, answer) is in
+:mod:`telemetry.http.otlp_body`; this module holds the route's state.
 
 A protobuf body is read as wire format down to its resources, which are
 decoded whole; its metrics are left encoded for the landing, which decodes
@@ -78,44 +80,42 @@ import time
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import hdrs, web
-from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
-from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from telemetry.enforcement import ANONYMOUS_USER, ClientEntity
-from telemetry.errors import InvalidRecordError, TelemetryTooLargeError
-from telemetry.http.content import (
-    BodyTooLargeError,
-    UnsupportedEncodingError,
-    decode_content,
-    read_body,
-    sent_codec,
-)
 from telemetry.http.decoding import FairDecoder
-from telemetry.http.identity import IdentityCache, InvalidResourceError, OtlpIdentity
-from telemetry.http.otlp_json import OtlpJsonError, message_to_json, parse_json
-from telemetry.http.otlp_wire import (
-    ResourceBoundError,
-    WireDecodeError,
-    WireLimits,
-    WireResourceMetrics,
-    encode_request,
-    parse_request,
-    resource_bytes,
-    structure_bytes,
+from telemetry.http.identity import IdentityCache, OtlpIdentity
+from telemetry.http.otlp_body import (
+    JSON,
+    PROTOBUF,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    DecodedBody,
+    Groups,
+    Logged,
+    RefusedError,
+    accepted_response,
+    count_data_points,
+    count_encoded_data_points,
+    decode_body,
+    decode_parse_group,
+    group_by_identity,
+    group_parsed,
+    logged_payloads,
+    message_response,
+    parse_body,
+    read_request_body,
+    status_response,
 )
+from telemetry.http.otlp_wire import WireLimits, resource_bytes, structure_bytes
 from telemetry.http.principal import principal, request_user
 from telemetry.http.throttle import OTLP_MAX_RETRY_AFTER_S, retry_after_s
 from telemetry.ingest import LogFullError, PushContext, RecordTooLargeError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
-
-    from google.protobuf.message import Message
-    from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
 
     from telemetry.http.decoding import Outcome
     from telemetry.http.ingest import HttpIngest
@@ -133,16 +133,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: A payload as the log takes it: its bytes, their Kafka compression id, their decoded size.
-_Logged = tuple[bytes, int, int]
-#: The resources of a request by identity, in the order each identity first appears.
-_Groups = list[tuple[OtlpIdentity, list[WireResourceMetrics]]]
-
-
-def _uncompressed(encoded: bytes) -> _Logged:
-    """Decoded OTLP bytes as the log takes them: codec 0, their own length."""
-    return encoded, 0, len(encoded)
-
 
 ROUTE: Final = "/v1/metrics"
 #: Bodies up to this size, as sent and decoded, are decoded on the event loop (and a
@@ -153,35 +143,7 @@ INLINE_BYTES: Final = 64 * 1024
 INLINE_RESOURCE_BYTES: Final = 4 * 1024
 #: The door's name in ``kip714_requests_refused_total{door,reason}``.
 DOOR: Final = "otlp"
-PROTOBUF: Final = "application/x-protobuf"
-JSON: Final = "application/json"
 _CONTENT_TYPES: Final = frozenset({PROTOBUF, JSON})
-
-# google.rpc.Code values, as the Collector pairs them with HTTP statuses.
-_INVALID_ARGUMENT: Final = 3
-_RESOURCE_EXHAUSTED: Final = 8
-_UNIMPLEMENTED: Final = 12
-_UNAVAILABLE: Final = 14
-
-
-class _RefusedError(Exception):
-    """Control flow to the one place that writes error responses."""
-
-    def __init__(
-        self,
-        status: int,
-        code: int,
-        message: str,
-        retry_after: int | None = None,
-        bound: str | None = None,
-    ):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after_s = retry_after
-        #: The ``[telemetry]`` key of the bound that refused the request, if one did.
-        self.bound = bound
 
 
 def peer(request: web.Request) -> tuple[str | None, int | None]:
@@ -194,17 +156,6 @@ def peer(request: web.Request) -> tuple[str | None, int | None]:
     if isinstance(peername, tuple) and len(peername) >= 2:
         return str(peername[0]), int(peername[1])
     return None, None
-
-
-def count_data_points(resources: Sequence[ResourceMetrics]) -> int:
-    total = 0
-    for resource in resources:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is not None:
-                    total += len(getattr(metric, kind).data_points)
-    return total
 
 
 class OtlpMetricsHandler:
@@ -240,16 +191,16 @@ class OtlpMetricsHandler:
         else:
             try:
                 response = await self._export(request, content_type == JSON)
-            except _RefusedError as refusal:
+            except RefusedError as refusal:
                 if refusal.bound is not None:
                     self._ingest.refusals.count(DOOR, refusal.bound)
-                response = _status_response(refusal, content_type == JSON)
+                response = status_response(refusal, content_type == JSON)
         self._ingest.stats.responses[(ROUTE, response.status)] += 1
         return response
 
     async def _export(self, request: web.Request, is_json: bool) -> web.Response:
         ingest = self._ingest
-        body = await _read(request, ingest.manager.config.max_bytes)
+        body = await read_request_body(request, ingest.manager.config.max_bytes)
         memory = ingest.memory
         held = await memory.acquire(len(body)) if memory is not None else None
         if memory is not None and held is None:
@@ -274,8 +225,10 @@ class OtlpMetricsHandler:
         try:
             # Inline first, without a coroutine: the usual body is small, its identity cached.
             inline = self._decode_inline(encoding, body, is_json, held)
-            groups = self._grouped_inline(inline, source) if isinstance(inline, _Decoded) else None
-            if isinstance(inline, _Decoded) and groups is not None:
+            groups = (
+                self._grouped_inline(inline, source) if isinstance(inline, DecodedBody) else None
+            )
+            if isinstance(inline, DecodedBody) and groups is not None:
                 decoded = inline
             else:
                 loop_ns = time.perf_counter_ns() - started_ns
@@ -284,21 +237,21 @@ class OtlpMetricsHandler:
                 thread_ns = outcome.thread_ns
                 done = outcome.result()
                 del outcome
-                if isinstance(done, _RefusedError):
+                if isinstance(done, RefusedError):
                     raise done
                 decoded, groups = done
-        except _RefusedError as refusal:
+        except RefusedError as refusal:
             if refusal.status == 400:  # a malformed body costs its sender like any request
                 spent_ns = loop_ns + thread_ns + time.perf_counter_ns() - started_ns
                 ingest.quotas.finish_request(ClientEntity(user, ""), spent_ns, ingest.clock())
             raise
         if not groups:
-            return _accepted(is_json)
+            return accepted_response(is_json)
         identities = [identity for identity, _ in groups]
         entities = [_entity(user, identity) for identity in identities]
         now_ms = ingest.clock()
         self._refuse_if_muted(entities, now_ms)
-        payloads = _payloads(groups, decoded, encoding, body, is_json)
+        payloads = logged_payloads(groups, decoded, encoding, body, is_json)
         del decoded  # what is logged is in payloads; the decoded copy need not wait for the fsync
         loop_ns += time.perf_counter_ns() - started_ns
         self._record(entities, payloads, len(body), loop_ns + thread_ns, now_ms)
@@ -313,21 +266,21 @@ class OtlpMetricsHandler:
                 ]
             )
         if not failed:
-            return _accepted(is_json)
+            return accepted_response(is_json)
         _count_refusals(ingest, failed.values())
         if len(failed) == len(groups):
             raise _log_refusal(next(iter(failed.values())))
         response = ExportMetricsServiceResponse()
         response.partial_success.rejected_data_points = sum(
-            _data_points(payloads[index][0]) for index in failed
+            count_encoded_data_points(payloads[index][0]) for index in failed
         )
         response.partial_success.error_message = (
             f"{len(failed)} of {len(groups)} resources were not logged: "
             f"{_log_refusal(next(iter(failed.values()))).message}"
         )
-        return _message_response(response, is_json)
+        return message_response(response, is_json)
 
-    def _grouped_inline(self, decoded: _Decoded, source: str) -> _Groups | None:
+    def _grouped_inline(self, decoded: DecodedBody, source: str) -> Groups | None:
         """The groups of a body read on the loop, when that is cheap; ``None``: the thread's work.
 
         Cheap is every SDK request: one resource, its identity cached, or
@@ -346,12 +299,12 @@ class OtlpMetricsHandler:
         if identity is None:
             if len(resource) > INLINE_RESOURCE_BYTES:
                 return None
-            return _grouped(self._identities, resources, source)
+            return group_by_identity(self._identities, resources, source)
         return [(identity, [only])]
 
     def _decode_inline(
         self, encoding: str, body: bytes, is_json: bool, held: HeldMemory | None
-    ) -> _Decoded | bytes | None:
+    ) -> DecodedBody | bytes | None:
         """What the loop does of a body: all of its reading, its decoding only, or nothing.
 
         A body up to 64 KiB as sent and decoded is decoded on the loop (C
@@ -365,8 +318,8 @@ class OtlpMetricsHandler:
             return None
         max_decoded = self._ingest.manager.config.max_decompressed_bytes
         try:
-            inline = _decode(encoding, body, min(max_decoded, INLINE_BYTES))
-        except _RefusedError as refusal:
+            inline = decode_body(encoding, body, min(max_decoded, INLINE_BYTES))
+        except RefusedError as refusal:
             if refusal.status != 413 or max_decoded <= INLINE_BYTES:
                 raise
             return None
@@ -375,7 +328,7 @@ class OtlpMetricsHandler:
             if held is not None and decoded_bytes:
                 held.add(decoded_bytes)
             return inline
-        parsed = _parse(inline, False, self._limits)
+        parsed = parse_body(inline, False, self._limits)
         if held is not None:  # one change of the pool: every SDK request comes here
             held.add(decoded_bytes + structure_bytes(parsed.resources))
         return parsed
@@ -386,10 +339,10 @@ class OtlpMetricsHandler:
         source: str,
         encoding: str,
         body: bytes,
-        inline: _Decoded | bytes | None,
+        inline: DecodedBody | bytes | None,
         is_json: bool,
         held: HeldMemory | None,
-    ) -> Outcome[tuple[_Decoded, _Groups] | _RefusedError]:
+    ) -> Outcome[tuple[DecodedBody, Groups] | RefusedError]:
         """What the loop left of a body, done on a decoding thread in its sender's turn.
 
         ``inline`` is what the loop did: the body read (grouping is left),
@@ -402,11 +355,9 @@ class OtlpMetricsHandler:
         sender = (user, source if user == ANONYMOUS_USER else "")
         identities = self._identities
         limits = self._limits
-        if isinstance(inline, _Decoded):
+        if isinstance(inline, DecodedBody):
             parsed = inline
-            return await self._decoder.run(
-                sender, lambda: _group_parsed(parsed, identities, source)
-            )
+            return await self._decoder.run(sender, lambda: group_parsed(parsed, identities, source))
         max_decoded = self._ingest.manager.config.max_decompressed_bytes
         reserved = 0
         if inline is None:
@@ -424,7 +375,7 @@ class OtlpMetricsHandler:
         try:
             outcome = await self._decoder.run(
                 sender,
-                lambda: _decode_parse_group(
+                lambda: decode_parse_group(
                     encoding, body, decoded_body, max_decoded, is_json, limits, identities, source
                 ),
                 heavy=decoded_body is None,  # over 64 KiB: its parse is not bounded small
@@ -452,9 +403,9 @@ class OtlpMetricsHandler:
         for entity in entities:
             muted_ms = max(muted_ms, quotas.muted_ms(entity, now_ms))
         if muted_ms > 0:
-            raise _RefusedError(
+            raise RefusedError(
                 429,
-                _RESOURCE_EXHAUSTED,
+                RESOURCE_EXHAUSTED,
                 f"throttled by a client quota for another {muted_ms} ms",
                 retry_after_s(muted_ms, OTLP_MAX_RETRY_AFTER_S),
             )
@@ -462,7 +413,7 @@ class OtlpMetricsHandler:
     def _record(
         self,
         entities: Sequence[ClientEntity],
-        payloads: Sequence[_Logged],
+        payloads: Sequence[Logged],
         body_bytes: int,
         loop_ns: int,
         now_ms: int,
@@ -484,7 +435,7 @@ class OtlpMetricsHandler:
             )
 
     async def _append(
-        self, records: Sequence[tuple[PushContext, _Logged]]
+        self, records: Sequence[tuple[PushContext, Logged]]
     ) -> dict[int, BaseException]:
         """Append every record and wait until each is durable; the failures by index."""
         failed: dict[int, BaseException] = {}
@@ -504,7 +455,7 @@ class OtlpMetricsHandler:
                 failed[index] = outcome
         return dict(sorted(failed.items()))
 
-    async def _append_one(self, context: PushContext, logged: _Logged) -> dict[int, BaseException]:
+    async def _append_one(self, context: PushContext, logged: Logged) -> dict[int, BaseException]:
         """:meth:`_append` of one record (every SDK request): its future, awaited as is.
 
         ``asyncio.wait`` would cost a waiter and two callbacks. Cancelling the
@@ -520,171 +471,14 @@ class OtlpMetricsHandler:
         return {}
 
 
-class _Decoded:
-    """A body decoded: ``data`` as decoded, ``encoded`` its protobuf form, and its resources.
-
-    ``encoded`` is ``data`` itself for a protobuf body, the re-encoded
-    request for a JSON one. A plain class: compiled code evaluates a
-    dataclass's annotations at import, and ``Sequence`` is imported for
-    type checking only.
-    """
-
-    def __init__(
-        self, data: bytes, encoded: bytes, resources: Sequence[WireResourceMetrics]
-    ) -> None:
-        self.data = data
-        self.encoded = encoded
-        self.resources = resources
-
-
-def _payloads(
-    groups: _Groups, decoded: _Decoded, encoding: str, body: bytes, is_json: bool
-) -> list[_Logged]:
-    """What is logged of a request: one payload per identity."""
-    codec = sent_codec(encoding, body)
-    if len(groups) == 1 and not is_json and codec is not None:
-        # Every SDK request: log the body as sent, compressed as it came
-        # (the log decompresses on read), not its decoded copy.
-        return [(body, codec, len(decoded.encoded))]
-    if len(groups) == 1:
-        # The JSON form re-encoded, or a body in an encoding Kafka has no id for.
-        return [_uncompressed(decoded.encoded)]
-    return [_uncompressed(encode_request(resources)) for _, resources in groups]
-
-
-def _parse(data: bytes, is_json: bool, limits: WireLimits) -> _Decoded:
-    """The body's resources: a protobuf body walked down to them, a JSON body parsed whole.
-
-    A 400 for a body over one of ``limits``, found before anything past the
-    bound is built; its refusal names the bound's key.
-    """
-    encoded = data
-    if is_json:
-        export = ExportMetricsServiceRequest()
-        try:
-            parse_json(data, export, limits.max_resources, limits.max_scopes)
-        # One name per except clause: compiled code types each by its first use.
-        except ResourceBoundError as too_many:
-            raise _bound_refusal(too_many) from None
-        except OtlpJsonError as error:
-            raise _RefusedError(400, _INVALID_ARGUMENT, f"invalid OTLP/JSON: {error}") from None
-        encoded = export.SerializeToString()
-    try:
-        resources = parse_request(encoded, limits)
-    except ResourceBoundError as over:
-        raise _bound_refusal(over) from None
-    except WireDecodeError as undecodable:
-        message = f"invalid OTLP protobuf: {undecodable}"
-        raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
-    return _Decoded(data, encoded, resources)
-
-
-def _bound_refusal(bound: ResourceBoundError) -> _RefusedError:
-    return _RefusedError(400, _INVALID_ARGUMENT, f"refused: {bound}", bound=bound.key)
-
-
-def _grouped(
-    identities: IdentityCache, resources: Sequence[WireResourceMetrics], address: str
-) -> _Groups:
-    """The resources by identity, in the order each identity first appears.
-
-    A 400 for a resource that does not decode (the rest of the request has
-    been read as wire format only: :mod:`telemetry.http.otlp_wire`).
-    """
-    try:
-        if len(resources) == 1:  # every SDK request: nothing to group
-            only = resources[0]
-            return [(identities.identity(resource_bytes(only), address), [only])]
-        groups: dict[OtlpIdentity, list[WireResourceMetrics]] = {}
-        for resource in resources:
-            identity = identities.identity(resource_bytes(resource), address)
-            groups.setdefault(identity, []).append(resource)
-    except InvalidResourceError as invalid:
-        message = f"invalid OTLP protobuf: a resource does not decode: {invalid}"
-        raise _RefusedError(400, _INVALID_ARGUMENT, message) from None
-    return list(groups.items())
-
-
-def _data_points(encoded: bytes) -> int:
-    """The data points of an encoded ``MetricsData``; 0 if its metrics do not decode."""
-    data = MetricsData()
-    try:
-        data.ParseFromString(encoded)
-    except Exception:  # upb raises DecodeError: nothing in it can be counted
-        return 0
-    return count_data_points(data.resource_metrics)
-
-
 def _entity(user: str, identity: OtlpIdentity) -> ClientEntity:
     return ClientEntity(user, identity.client_id or "")
 
 
-async def _read(request: web.Request, max_bytes: int) -> bytes:
-    try:
-        return await read_body(request, max_bytes)
-    except BodyTooLargeError as error:
-        raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(error)) from None
-
-
-def _decode(encoding: str, body: bytes, max_decompressed: int) -> bytes:
-    try:
-        return decode_content(encoding, body, max_decompressed)
-    # One name per except clause: compiled code types each by its first use.
-    except UnsupportedEncodingError as unsupported:
-        raise _RefusedError(415, _UNIMPLEMENTED, str(unsupported)) from None
-    except TelemetryTooLargeError as too_large:
-        raise _RefusedError(413, _RESOURCE_EXHAUSTED, str(too_large)) from None
-    except InvalidRecordError as invalid:
-        raise _RefusedError(400, _INVALID_ARGUMENT, str(invalid)) from None
-
-
-def _decode_parse_group(
-    encoding: str,
-    body: bytes,
-    decoded_body: bytes | None,
-    max_decompressed: int,
-    is_json: bool,
-    limits: WireLimits,
-    identities: IdentityCache,
-    address: str,
-) -> tuple[_Decoded, _Groups] | _RefusedError:
-    """On a decoding thread: decode (unless the loop did), parse and group one body.
-
-    A refusal is returned, not raised, and detached from the exceptions it
-    was raised from: their frames hold the decoded buffer, which must go as
-    soon as the thread is done with it.
-    """
-    try:
-        data = (
-            decoded_body if decoded_body is not None else _decode(encoding, body, max_decompressed)
-        )
-        decoded = _parse(data, is_json, limits)
-        return decoded, _grouped(identities, decoded.resources, address)
-    except _RefusedError as refusal:
-        return _detached(refusal)
-
-
-def _detached(refusal: _RefusedError) -> _RefusedError:
-    """``refusal`` without its traceback or context, whose frames hold the decoded buffers."""
-    return _RefusedError(
-        refusal.status, refusal.code, refusal.message, refusal.retry_after_s, refusal.bound
-    )
-
-
-def _group_parsed(
-    parsed: _Decoded, identities: IdentityCache, address: str
-) -> tuple[_Decoded, _Groups] | _RefusedError:
-    """On a decoding thread: group a body the loop read (a refusal returned, as above)."""
-    try:
-        return parsed, _grouped(identities, parsed.resources, address)
-    except _RefusedError as refusal:
-        return _detached(refusal)
-
-
-def _memory_refusal(wait_s: float) -> _RefusedError:
-    return _RefusedError(
+def _memory_refusal(wait_s: float) -> RefusedError:
+    return RefusedError(
         503,
-        _UNAVAILABLE,
+        UNAVAILABLE,
         "the server's request memory (limits.queued_max_request_bytes) is full",
         retry_after_s(max(1000, int(wait_s * 1000)), OTLP_MAX_RETRY_AFTER_S),
     )
@@ -697,19 +491,19 @@ def _count_refusals(ingest: HttpIngest, errors: Iterable[BaseException]) -> None
             ingest.refusals.count("otlp", error.bound)
 
 
-def _log_refusal(error: BaseException) -> _RefusedError:
+def _log_refusal(error: BaseException) -> RefusedError:
     """How a refused or failed append is answered."""
     if isinstance(error, LogFullError):
-        return _RefusedError(
+        return RefusedError(
             503,
-            _UNAVAILABLE,
+            UNAVAILABLE,
             error.reason,
             retry_after_s(error.throttle_time_ms, OTLP_MAX_RETRY_AFTER_S),
         )
     if isinstance(error, RecordTooLargeError):
-        return _RefusedError(413, _RESOURCE_EXHAUSTED, str(error))
+        return RefusedError(413, RESOURCE_EXHAUSTED, str(error))
     _log.warning("the ingest log could not take an OTLP request: %r", error)
-    return _RefusedError(503, _UNAVAILABLE, f"the ingest log cannot take requests: {error!r}", 1)
+    return RefusedError(503, UNAVAILABLE, f"the ingest log cannot take requests: {error!r}", 1)
 
 
 def _push_context(
@@ -728,34 +522,3 @@ def _push_context(
         client_source_port=port,
         principal=principal(user),
     )
-
-
-def _encode(message: Message, is_json: bool) -> tuple[bytes, str]:
-    if is_json:
-        return message_to_json(message), JSON
-    return message.SerializeToString(), PROTOBUF
-
-
-def _message_response(message: Message, is_json: bool, status: int = 200) -> web.Response:
-    body, content_type = _encode(message, is_json)
-    return web.Response(status=status, body=body, content_type=content_type)
-
-
-#: The success answer's body per content type (JSON?), encoded once: every accepted request's.
-_ACCEPTED: Final = {
-    is_json: _encode(ExportMetricsServiceResponse(), is_json) for is_json in (False, True)
-}
-
-
-def _accepted(is_json: bool) -> web.Response:
-    body, content_type = _ACCEPTED[is_json]
-    return web.Response(body=body, content_type=content_type)
-
-
-def _status_response(refusal: _RefusedError, is_json: bool) -> web.Response:
-    response = _message_response(
-        Status(code=refusal.code, message=refusal.message), is_json, refusal.status
-    )
-    if refusal.retry_after_s is not None:
-        response.headers[hdrs.RETRY_AFTER] = str(refusal.retry_after_s)
-    return response
