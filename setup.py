@@ -55,8 +55,16 @@ _MYPY_ARGS = [
 _OBJECT_CACHE = Path("build", "objects")
 
 
+#: The setup.py commands that build extensions. pip runs setup.py three times for
+#: one install (requirements, metadata, the build); mypyc's type check and C
+#: generation take about a minute, so they run only for the build.
+_BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist_wheel", "editable_wheel", "develop"})
+
+
 def _extensions() -> list[object]:
     if os.environ.get("KIP714_PURE_PYTHON") == "1":
+        return []
+    if not _BUILD_COMMANDS.intersection(sys.argv[1:]):
         return []
     with open("pyproject.toml", "rb") as file:
         compiled = tomllib.load(file)["tool"]["kip714"]["compiled"]
