@@ -226,7 +226,10 @@ async def test_a_full_pool_resumes_readers_as_frames_are_handled(tmp_path: Path)
         for client in clients:
             await client.close()
         pool = enforcer.request_memory
-        assert pool.pauses > 0
+        # Whether the pool fills depends on how reads and handling interleave (measured
+        # here: 0 or 1 pauses on either loop, run to run); what must hold is the bound
+        # and that every request is answered. The pause itself is exercised
+        # deterministically by test_stalled_partial_frames_hold_at_most_the_memory_bound.
         assert pool.peak <= bound + 256 * KIB
     assert answered == [20] * 16
 
