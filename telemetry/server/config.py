@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporters.iceberg.lake import lake_location
+from exporters.registry import RETIRED
 from telemetry import toml_checks as toml
 from telemetry.admin.settings import AdminSettings, parse_admin
 from telemetry.core.settings import (
@@ -368,6 +369,9 @@ def _exporters(table: Mapping[str, Any], data_dir: Path) -> tuple[ExporterSettin
         if name == DEFAULT_EXPORTER_NAME:
             # Tuning the landing needs no type; the name means the landing only.
             type_name = toml.string(f"{key}.type", exporter.get("type", DEFAULT_EXPORTER_TYPE))
+            if type_name in RETIRED:  # a config from before: say where its data goes now
+                message = f"the exporter type {type_name!r} is retired: {RETIRED[type_name]}"
+                raise ConfigError(f"{key}.type", type_name, message)
             if type_name != DEFAULT_EXPORTER_TYPE:
                 raise ConfigError(
                     f"{key}.type",

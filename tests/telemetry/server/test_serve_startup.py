@@ -114,8 +114,9 @@ def test_the_readme_config_loads_as_pasted(tmp_path: Path) -> None:
     settings = load_settings(path)
     assert settings.kafka.advertised_host is None  # the bound address, which clients can reach
     exporters = {e.name: e for e in settings.exporters}
-    assert exporters["landing"].options["path"] == "kip714-data"
-    assert exporters["debug"].options["path"] == "kip714-data/jsonl/debug.jsonl"
+    # A relative data_dir in a file is relative to the file's directory.
+    assert exporters["landing"].options["path"] == str(tmp_path / "kip714-data")
+    assert exporters["debug"].options["path"] == str(tmp_path / "kip714-data/jsonl/debug.jsonl")
     moved = load_settings(path, data_dir=tmp_path / "elsewhere")
     assert moved.log_dir == tmp_path / "elsewhere" / "log"
     # otlp and prometheus write no files, so they get no path.
