@@ -107,7 +107,8 @@ def server_config(cache_size: int, exporters: str, quotas: bool = False) -> str:
         "",
     ]
     if exporters == "none":
-        lines.append("[exporters]  # none: the acknowledgement path only")
+        # None: the acknowledgement path only (exporters add to the landing, so turn it off).
+        lines += ["[exporters.landing]", "enabled = false"]
     return "\n".join(lines) + "\n" + (QUOTAS_EVERY_CLIENT if quotas else "")
 
 

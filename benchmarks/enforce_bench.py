@@ -78,7 +78,7 @@ def neighbour_config(quota: float) -> str:
         f'match = ["client_id={ORDINARY}"]', "",
         "[subscriptions.abuser]", 'metrics = ["*"]', '"interval.ms" = 100',
         f'match = ["client_id={ABUSER}"]', "",
-        "[log]", f"max_bytes = {16 * 1024 * MIB}", "", "[exporters]", "",
+        "[log]", f"max_bytes = {16 * 1024 * MIB}", "", "[exporters.landing]", "enabled = false", "",
         "[[quotas.clients]]", f'client_id = "{ABUSER}"', f"push_byte_rate = {quota}", "",
     ]) + "\n"  # fmt: skip
 
