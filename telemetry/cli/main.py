@@ -165,6 +165,7 @@ def _serve_command(arguments: list[str]) -> int:
     from telemetry.errors import ConfigError  # noqa: PLC0415
     from telemetry.server.config import load_settings  # noqa: PLC0415
     from telemetry.server.data_dir_lock import DataDirLockedError  # noqa: PLC0415
+    from telemetry.server.malloc_arenas import limit_malloc_arenas  # noqa: PLC0415
     from telemetry.server.startup import StartupError  # noqa: PLC0415
 
     parser = build_parser()
@@ -185,6 +186,7 @@ def _serve_command(arguments: list[str]) -> int:
         print(f"kip714: config error: {error}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, args.log_format)
+    limit_malloc_arenas()  # before any thread starts
     try:
         return run_event_loop(serve(settings))
     except (ConfigError, StartupError) as error:  # exporter options are checked at start
