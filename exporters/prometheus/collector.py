@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from exporters.prometheus.series import RESERVED_PREFIX
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -38,7 +40,11 @@ class SeriesCollector(Collector):
 
 
 def _metric(family: Family) -> Metric:
-    documentation = f"{family.help} (KIP-714 client metric)"
+    documentation = (
+        family.help
+        if family.name.startswith(RESERVED_PREFIX)
+        else f"{family.help} (KIP-714 client metric)"
+    )
     name = family.name
     metric = Metric(name, documentation, family.kind)
     if family.kind == "gauge":

@@ -10,7 +10,16 @@ Exponential histograms and summaries are not translated (counted).
 
 A client instance's series go away with its terminating push, or
 max(60 s, 3 × its push interval) after its last push, when Kafka's
-``ClientMetricsManager`` would forget the instance too.
+``ClientMetricsManager`` would forget the instance too. Two series of the
+server's own describe each instance (identity labels only):
+``kip714_client_last_push_timestamp_seconds`` and
+``kip714_client_push_interval_seconds``. They stay max(60 s, 10 × the
+interval) after the last push, so an alert rule can still name a client
+that stopped pushing after its other series are gone (``absent()`` cannot:
+it has no labels to name it by); a terminating push removes them at once,
+since a client that said goodbye did not stop unexpectedly. Client metrics
+whose names translate into ``kip714_`` are dropped and counted
+(``reserved_name_points``): that prefix is the server's.
 
 Memory and the scrape are bounded by bytes as well as by count, since one
 attribute value may be 256 KiB: a label value longer than
@@ -67,6 +76,19 @@ IDENTITY_LABELS: Final = (
 _BROKER_ATTRIBUTE: Final = ("kafka.broker.id", "broker_id")
 #: Kafka's ClientMetricsManager forgets an instance after max(this, 3 × interval).
 MIN_EXPIRY_MS: Final = 60_000
+#: The instance's own series outlive its metrics by this many push intervals.
+PRESENCE_INTERVALS: Final = 10
+#: The server's series about each instance: (name, help text).
+LAST_PUSH: Final = (
+    "kip714_client_last_push_timestamp_seconds",
+    "When the client instance last pushed (Unix seconds, as kip714 received it).",
+)
+PUSH_INTERVAL: Final = (
+    "kip714_client_push_interval_seconds",
+    "The push interval the client instance was told to use (seconds).",
+)
+#: Translated names with this prefix are the server's own; client points taking one are dropped.
+RESERVED_PREFIX: Final = "kip714_"
 
 
 #: What a series costs besides its text: the objects that hold it, per series and per label.
@@ -93,6 +115,7 @@ class SeriesStats:
     type_conflicts: int = 0  # a name another live family exposes with another TYPE
     terminated_instances: int = 0
     expired_instances: int = 0
+    reserved_name_points: int = 0  # a client metric translating into the server's kip714_ names
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +151,10 @@ class Family:
 
 @dataclass(slots=True)
 class _Instance:
-    deadline_ms: int
+    deadline_ms: int  # its metrics' series expire then
+    presence_until_ms: int = 0  # and its last-push and interval series then
     keys: set[tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=set)
+    presence: set[tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=set)
 
 
 class SeriesStore:
@@ -164,6 +189,11 @@ class SeriesStore:
                 deadline = push.received_time_ms + max(MIN_EXPIRY_MS, 3 * push.push_interval_ms)
                 instance = self._instances.setdefault(push.client_instance_id, _Instance(0))
                 instance.deadline_ms = max(instance.deadline_ms, deadline)
+                presence = max(MIN_EXPIRY_MS, PRESENCE_INTERVALS * push.push_interval_ms)
+                instance.presence_until_ms = max(
+                    instance.presence_until_ms, push.received_time_ms + presence
+                )
+                self._present(instance, push)
             for row in rows:
                 self._apply_row(row)
             self._publish()
@@ -171,10 +201,14 @@ class SeriesStore:
     def expire(self, now_ms: int) -> None:
         """Forget the instances whose last push is older than their expiry."""
         with self._lock:
-            gone = [i for i, state in self._instances.items() if state.deadline_ms <= now_ms]
+            gone = [i for i, s in self._instances.items() if s.presence_until_ms <= now_ms]
             for instance_id in gone:
                 self._forget(instance_id)
             self.stats.expired_instances += len(gone)
+            for state in self._instances.values():
+                if state.keys and state.deadline_ms <= now_ms:
+                    self._drop_series(state.keys)
+                    state.keys = set()
             self._publish()
 
     def snapshot(self) -> list[Family]:
@@ -202,9 +236,11 @@ class SeriesStore:
 
     def _forget(self, instance_id: str) -> None:
         state = self._instances.pop(instance_id, None)
-        if state is None:
-            return
-        for name, key in state.keys:
+        if state is not None:
+            self._drop_series(state.keys | state.presence)
+
+    def _drop_series(self, keys: set[tuple[str, tuple[tuple[str, str], ...]]]) -> None:
+        for name, key in keys:
             family = self._families.get(name)
             if family is None:
                 continue
@@ -251,6 +287,9 @@ class SeriesStore:
             self.stats.unsupported_points += kind is None
             return
         name = metric_name(row["metric_name"], row["unit"], kind)
+        if name.startswith(RESERVED_PREFIX):
+            self.stats.reserved_name_points += 1
+            return
         family = self._family(name, kind, row["metric_name"])
         if family is None:
             return
@@ -258,19 +297,9 @@ class SeriesStore:
         key = tuple(sorted(labels.items()))
         series = family.series.get(key)
         if series is None:
-            if self._count >= self.limits.max_series:
-                self.stats.dropped_points += 1
-                self._drop_empty(family)
+            series = self._new_series(family, key, labels, _bucket_count(row, kind), instance.keys)
+            if series is None:
                 return
-            cost = _series_bytes(name, kind, labels, _bucket_count(row, kind))
-            if self._bytes + cost > self.limits.max_bytes:
-                self.stats.dropped_points_max_bytes += 1
-                self._drop_empty(family)
-                return
-            series = family.series[key] = Series(labels, accounted_bytes=cost)
-            self._count += 1
-            self._bytes += cost
-            instance.keys.add((name, key))
         elif kind == "histogram" and _bucket_count(row, kind) != len(series.bucket_counts):
             cost = _series_bytes(name, kind, series.labels, _bucket_count(row, kind))
             if self._bytes - series.accounted_bytes + cost > self.limits.max_bytes:
@@ -279,6 +308,53 @@ class SeriesStore:
             self._bytes += cost - series.accounted_bytes
             series.accounted_bytes = cost
         _update(series, row, kind)
+
+    def _new_series(
+        self,
+        family: Family,
+        key: tuple[tuple[str, str], ...],
+        labels: dict[str, str],
+        buckets: int,
+        owner: set[tuple[str, tuple[tuple[str, str], ...]]],
+    ) -> Series | None:
+        """A new series in ``family`` owned by ``owner``, or None (counted) past a bound."""
+        if self._count >= self.limits.max_series:
+            self.stats.dropped_points += 1
+            self._drop_empty(family)
+            return None
+        cost = _series_bytes(family.name, family.kind, labels, buckets)
+        if self._bytes + cost > self.limits.max_bytes:
+            self.stats.dropped_points_max_bytes += 1
+            self._drop_empty(family)
+            return None
+        series = family.series[key] = Series(labels, accounted_bytes=cost)
+        self._count += 1
+        self._bytes += cost
+        owner.add((family.name, key))
+        return series
+
+    def _present(self, instance: _Instance, push: LoggedPush) -> None:
+        """Set the instance's last-push and interval series from ``push`` (identity labels)."""
+        labels = {
+            "client_id": self._value(push.client_id or ""),
+            "client_instance_id": self._value(push.client_instance_id),
+            "client_software_name": self._value(push.client_software_name or ""),
+            "client_software_version": self._value(push.client_software_version or ""),
+            "principal": self._value(push.principal or ""),
+        }
+        key = tuple(sorted(labels.items()))
+        for (name, help_text), value in (
+            (LAST_PUSH, push.received_time_ms / 1000),
+            (PUSH_INTERVAL, push.push_interval_ms / 1000),
+        ):
+            family = self._family(name, "gauge", help_text)
+            if family is None:
+                continue
+            series = family.series.get(key) or self._new_series(
+                family, key, labels, 0, instance.presence
+            )
+            if series is not None:
+                series.value = value
 
     def _drop_empty(self, family: Family) -> None:
         if not family.series:

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters import registry
 from exporters.prometheus import PrometheusExporter, metric_name
+from exporters.prometheus.series import SeriesLimits, SeriesStore
 from tests.exporters.support import PRODUCER_PUSH, kv, payload, push
 
 T = 1_795_234_859_705_846_000
@@ -86,10 +87,12 @@ async def _scrape_text(exporter: PrometheusExporter) -> str:
 async def _scrape(
     exporter: PrometheusExporter,
 ) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """The client families (the server's own ``kip714_client_*`` ones left out)."""
     text = await _scrape_text(exporter)
     return {
         family.name: [(s.name, s.labels, s.value) for s in family.samples]
         for family in text_string_to_metric_families(text)
+        if not family.name.startswith("kip714_client_")
     }
 
 
@@ -191,13 +194,13 @@ async def test_a_terminating_push_or_silence_removes_an_instances_series() -> No
 
 
 async def test_series_beyond_max_series_are_dropped_and_counted() -> None:
-    exporter = await _started(max_series=3)
+    exporter = await _started(max_series=5)  # the instance's last-push and interval take 2
     try:
         gauges = [_gauge(f"g{i}", float(i)) for i in range(5)]
         await exporter.export([push(payload(*gauges), 1, received_time_ms=_now_ms())])
         assert sorted(await _scrape(exporter)) == ["g0", "g1", "g2"]
         assert exporter.stats.dropped_points == 2
-        assert exporter.stats.series == 3
+        assert exporter.stats.series == 5
     finally:
         await exporter.close()
 
@@ -267,7 +270,7 @@ async def test_labels_beyond_max_labels_per_series_are_dropped_by_name_order() -
         "k000", "k001", "k002", "k003", "k004"
     ]  # fmt: skip
     assert stats.dropped_labels == 2 * 95
-    assert stats.series == 1
+    assert stats.series == 1 + 2  # and the instance's last-push and interval series
 
 
 def _promtool(text: str) -> subprocess.CompletedProcess[str]:
@@ -308,7 +311,9 @@ async def test_families_whose_names_would_clash_are_dropped_and_counted() -> Non
     assert [s.value for s in families["req_total"].samples] == [1.0]
     assert families["rtt_milliseconds_count"].type == "gauge"
     assert "rtt_milliseconds" not in families and "req" not in families
-    assert text.count("# TYPE ") == 2
+    assert (
+        text.count("# TYPE ") == 2 + 2
+    )  # and kip714_client_last_push_timestamp_seconds, _interval
     checked = _promtool(after)
     assert "error while linting" not in checked.stdout + checked.stderr, checked
     families = {f.name: f for f in text_string_to_metric_families(after)}
@@ -330,3 +335,59 @@ def test_bad_options_are_refused_naming_the_key(options: dict[str, Any], key: st
     with pytest.raises(registry.ExporterConfigError) as refused:
         registry.create("prom", "prometheus", options)
     assert key in str(refused.value)
+
+
+def _presence(store: SeriesStore) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {
+        family.name: [(series.labels, series.value) for series in family.series.values()]
+        for family in store.snapshot()
+    }
+
+
+def test_an_instances_last_push_outlives_its_metrics_until_ten_intervals() -> None:
+    store = SeriesStore(SeriesLimits())
+    start = 1_800_000_000_000
+    interval = 20_000  # its metrics expire at max(60 s, 3 × 20 s), its last push at 10 × 20 s
+    store.apply(
+        [push(payload(_gauge("g", 1.0)), 1, received_time_ms=start, push_interval_ms=interval)]
+    )
+    families = _presence(store)
+    [(labels, last)] = families["kip714_client_last_push_timestamp_seconds"]
+    assert last == start / 1000
+    assert labels == {
+        "client_id": "probe",
+        "client_instance_id": push(b"").client_instance_id,
+        "client_software_name": "confluent-kafka-python",
+        "client_software_version": "2.16.1-rdkafka-2.16.0",
+        "principal": "User:alice",
+    }
+    assert families["kip714_client_push_interval_seconds"] == [(labels, 20.0)]
+    store.expire(start + 60_000)
+    assert sorted(_presence(store)) == [
+        "kip714_client_last_push_timestamp_seconds", "kip714_client_push_interval_seconds"
+    ]  # fmt: skip
+    assert store.stats.series == 2
+    store.expire(start + 200_000)
+    assert _presence(store) == {}
+    assert (store.stats.series, store.stats.expired_instances) == (0, 1)
+
+
+def test_a_terminating_push_removes_the_last_push_at_once() -> None:
+    store = SeriesStore(SeriesLimits())
+    now = _now_ms()
+    store.apply([push(payload(_gauge("g", 1.0)), 1, received_time_ms=now)])
+    store.apply([push(payload(_gauge("g", 2.0)), 2, received_time_ms=now, terminating=True)])
+    assert _presence(store) == {}
+    assert store.stats.series == 0
+
+
+def test_client_metrics_cannot_take_the_servers_kip714_names() -> None:
+    store = SeriesStore(SeriesLimits())
+    forged = _gauge("kip714.client.last.push.timestamp.seconds", 1.0)
+    store.apply([push(payload(forged, _gauge("g", 1.0)), 1, received_time_ms=_now_ms())])
+    families = _presence(store)
+    [(_, last)] = families["kip714_client_last_push_timestamp_seconds"]
+    assert last != 1.0
+    assert "kip714_client_last_push_timestamp_seconds_seconds" not in families
+    assert "kip714_client_last_push_timestamp" not in families
+    assert store.stats.reserved_name_points == 1
