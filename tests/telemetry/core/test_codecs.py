@@ -180,6 +180,29 @@ def test_zstd_frame_without_content_size() -> None:
     assert decompress(CompressionType.ZSTD, frame, len(PAYLOAD)) == PAYLOAD
 
 
+def test_a_big_zstd_stream_is_held_once_while_it_decodes() -> None:
+    """A 15 MiB output from a frame without a content size: one buffer, not a buffer and its copy.
+
+    Streaming into a growing buffer and copying it out held twice the output
+    (32 MiB per decoding thread at the 16 MiB bound); the one-shot retry
+    writes into one buffer of the bound, shrunk in place.
+    """
+    decoded = bytes(range(256)) * (15 * 1024 * 4)  # 15 MiB
+    frame = zstd_streamed(decoded)
+    assert zstandard.frame_content_size(frame) == -1
+    bound = 16 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        out = decompress(CompressionType.ZSTD, frame, bound)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out == decoded
+    assert peak < bound + len(frame) + 1024 * 1024  # streaming's peak: about 2 x 15 MiB
+    with pytest.raises(TelemetryTooLargeError):
+        decompress(CompressionType.ZSTD, frame, len(decoded) - 1)
+
+
 def test_zstd_frame_with_content_size_and_checksum() -> None:
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(PAYLOAD)
     assert zstandard.frame_content_size(frame) == len(PAYLOAD)
