@@ -39,6 +39,7 @@ _DELEGATED = {
     "subscriptions": "telemetry.admin.cli:subscriptions_main",
     "quotas": "telemetry.admin.cli:quotas_main",
     "meta": "telemetry.cli.meta:main",
+    "alerts": "telemetry.cli.alerts:main",
 }
 """Commands with parsers of their own, imported only when run.
 
@@ -131,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "meta",
         help="copy the local metadata store into a Kafka topic (kip714 meta --help)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "alerts",
+        help="the client health rules as Prometheus alerting rules (kip714 alerts --help)",
         add_help=False,
     )
     commands.add_parser(

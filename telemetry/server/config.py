@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporters.iceberg.lake import lake_location
 from exporters.registry import RETIRED
+from health_rules import RulesError, load_rules
 from telemetry import toml_checks as toml
 from telemetry.admin.settings import AdminSettings, parse_admin
 from telemetry.core.settings import (
@@ -117,6 +118,8 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     #: ``[meta]``: the metadata store, local (``<data_dir>/meta``) or a Kafka topic.
     meta: MetaSettings = field(default_factory=MetaSettings)
+    #: ``[alerts] rules``: the health rules file replacing the shipped one (``health_rules``).
+    alert_rules: Path | None = None
     #: Where the file's relative ``data_dir`` pointed before config paths were
     #: relative to the file (the working directory); ``None`` when that rule
     #: cannot differ (no file, an absolute path, or ``--data-dir`` given).
@@ -209,6 +212,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
             "lake",
             "server",
             "meta",
+            "alerts",
         },
     )
     data_dir = Path(toml.string("data_dir", document.get("data_dir", DEFAULT_DATA_DIR)))
@@ -285,7 +289,21 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         admin=admin,
         security=security,
         meta=parse_meta(toml.table("meta", document.get("meta", {}))),
+        alert_rules=alert_rules_in(document),
     )
+
+
+def alert_rules_in(document: Mapping[str, Any]) -> Path | None:
+    """``[alerts] rules``: a rules file replacing the shipped one, checked whole at start."""
+    section = toml.section("alerts", document, {"rules"})
+    if "rules" not in section:
+        return None
+    path = Path(toml.string("alerts.rules", section["rules"]))
+    try:
+        load_rules(path)
+    except RulesError as error:
+        raise ConfigError("alerts.rules", str(path), str(error)) from None
+    return path
 
 
 def _with_data_dir(settings: Settings, data_dir: Path, document: Mapping[str, Any]) -> Settings:

@@ -3,8 +3,8 @@
 A file copied with its certificates, or started by a supervisor from another
 working directory, must name the same places: so every path a config file
 states (``data_dir``, an exporter's ``path``, a local ``warehouse`` and a
-``sqlite:`` catalog, in ``[lake]`` or an exporter's options, and the TLS
-files) is made absolute against the file's directory before the sections
+``sqlite:`` catalog, in ``[lake]`` or an exporter's options, the TLS
+files and ``[alerts] rules``) is made absolute against the file's directory before the sections
 are parsed. Paths given on the command line (``--data-dir``) stay relative
 to the working directory, as every command line does. Only ``tomllib``-level
 work here: ``kip714 rollup`` and ``report`` use it without the server.
@@ -71,6 +71,9 @@ def resolve_relative_paths(document: dict[str, Any], config_path: Path) -> dict[
                 if "path" in options:
                     options["path"] = _path(options["path"], base)
                 _lake_like(options, base)
+    alerts = resolved.get("alerts")
+    if isinstance(alerts, dict) and "rules" in alerts:
+        alerts["rules"] = _path(alerts["rules"], base)
     for listener in ("kafka", "http"):
         section = resolved.get(listener)
         tls = section.get("tls") if isinstance(section, dict) else None

@@ -231,3 +231,19 @@ def test_listening_everywhere_with_an_advertised_host_is_fine(tmp_path: Path) ->
         write(tmp_path, '[kafka]\nadvertised = "kip714.example:9092"\n'), kafka_listen="0.0.0.0:0"
     )
     assert (settings.kafka.host, settings.kafka.advertised_host) == ("0.0.0.0", "kip714.example")
+
+
+def test_alert_rules_are_relative_to_the_file_and_checked_at_start(tmp_path: Path) -> None:
+    assert load_settings().alert_rules is None
+    (tmp_path / "mine.toml").write_text(
+        '[[rule]]\nname = "mine"\nmetric = "m"\naggregation = "last"\nop = ">"\nthreshold = 1\n'
+        'for_s = 0\nseverity = "info"\nmeaning = "m above 1"\n'
+    )
+    assert load_settings(write(tmp_path, '[alerts]\nrules = "mine.toml"\n')).alert_rules == (
+        tmp_path / "mine.toml"
+    )
+    (tmp_path / "mine.toml").write_text('[[rule]]\nname = "mine"\n')
+    with pytest.raises(ConfigError, match=r"alerts\.rules.*missing key 'aggregation'"):
+        load_settings(write(tmp_path, '[alerts]\nrules = "mine.toml"\n'))
+    with pytest.raises(ConfigError, match=r"alerts\.rule"):
+        load_settings(write(tmp_path, '[alerts]\nrule = "mine.toml"\n'))

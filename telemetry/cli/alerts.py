@@ -1,0 +1,80 @@
+"""``kip714 alerts prometheus``: the health rules as a Prometheus rule file.
+
+The rules come from ``--rules FILE``, else the ``[alerts] rules`` of
+``--config FILE`` (relative to that file, as the server reads it), else
+the shipped ``health_rules/rules.toml``. Only ``tomllib``-level work: the
+server is not imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from health_rules import RulesError, load_rules
+from health_rules.promql import render
+from telemetry.server.config_paths import resolve_relative_paths
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kip714 alerts",
+        description="Client health rules (health_rules/rules.toml, or [alerts] rules) as alerts.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    prometheus = commands.add_parser(
+        "prometheus",
+        help="print every rule as a Prometheus alerting rule (YAML) over the prometheus "
+        "exporter's series",
+    )
+    prometheus.add_argument("--config", help="kip714's config file: its [alerts] rules is used")
+    prometheus.add_argument("--rules", help="a rules file (overrides --config)")
+    prometheus.add_argument("--out", help="write the YAML here instead of to standard output")
+    return parser
+
+
+def _rules_path(config: str | None, rules: str | None) -> Path | None:
+    if rules is not None:
+        return Path(rules)
+    if config is None:
+        return None
+    try:
+        document = tomllib.loads(Path(config).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise RulesError(f"{config}: cannot read the config: {error}") from None
+    alerts = resolve_relative_paths(document, Path(config)).get("alerts", {})
+    chosen = alerts.get("rules") if isinstance(alerts, dict) else None
+    if chosen is not None and not isinstance(chosen, str):
+        raise RulesError(f"{config}: alerts.rules must be a path (a string)")
+    return Path(chosen) if chosen else None
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    try:
+        rules = load_rules(_rules_path(args.config, args.rules))
+    except RulesError as error:
+        print(f"kip714 alerts: error: {error}", file=sys.stderr)
+        return 2
+    text = render(rules)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.out)
+    temporary = out.with_name(out.name + ".tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, out)  # Prometheus reloading the file never reads half of it
+    except OSError as error:
+        print(f"kip714 alerts: error: cannot write {out}: {error}", file=sys.stderr)
+        return 2
+    return 0
