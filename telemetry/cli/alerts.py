@@ -17,28 +17,43 @@ from typing import TYPE_CHECKING
 
 from health_rules import RulesError, load_rules
 from health_rules.promql import render
+from telemetry.cli.common import HelpFormatter, location_of
 from telemetry.server.config_paths import resolve_relative_paths
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
+
+RULES_CONFIG_HELP = "the server's TOML configuration, for its [alerts] rules (default: none)"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kip714 alerts",
-        description="Client health rules (health_rules/rules.toml, or [alerts] rules) as alerts.",
+        description="The client health rules (health_rules/rules.toml, or the config's "
+        "[alerts] rules) as alerts for other systems.",
+        formatter_class=HelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     prometheus = commands.add_parser(
         "prometheus",
-        help="print every rule as a Prometheus alerting rule (YAML) over the prometheus "
-        "exporter's series",
+        help="every rule as a Prometheus alerting rule (YAML) over the prometheus exporter's "
+        "series",
+        description="Print (or write with --out) a Prometheus rule file; check it with "
+        "promtool check rules.",
+        formatter_class=HelpFormatter,
     )
-    prometheus.add_argument("--config", help="kip714's config file: its [alerts] rules is used")
-    prometheus.add_argument("--rules", help="a rules file (overrides --config)")
-    prometheus.add_argument("--out", help="write the YAML here instead of to standard output")
+    prometheus.add_argument(
+        "--rules", metavar="FILE", help="a rules file (default: the config's, else the shipped one)"
+    )
+    prometheus.add_argument(
+        "--out", metavar="FILE", help="write the YAML here (default: standard output)"
+    )
+    for accepting in (parser, prometheus):  # before or after the verb, as every command
+        accepting.add_argument(
+            "--config", metavar="FILE", default=argparse.SUPPRESS, help=RULES_CONFIG_HELP
+        )
     return parser
 
 
@@ -59,9 +74,10 @@ def _rules_path(config: str | None, rules: str | None) -> Path | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
+    args = build_parser().parse_args(list(argv))
+    config, _ = location_of(args)
     try:
-        rules = load_rules(_rules_path(args.config, args.rules))
+        rules = load_rules(_rules_path(config, args.rules))
     except RulesError as error:
         print(f"kip714 alerts: error: {error}", file=sys.stderr)
         return 2

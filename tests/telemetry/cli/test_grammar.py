@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
-from telemetry.cli import demo, lake, log, main, meta
+from telemetry.cli import alerts, demo, lake, log, main, meta
 from telemetry.cli.common import location_of
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ COMMANDS: dict[str, Command] = {
     "subscriptions": Command(_admin("subscriptions"), ("--describe",), config=True, data_dir=False),
     "quotas": Command(_admin("quotas"), ("--describe",), config=True, data_dir=False),
     "demo": Command(demo.build_parser, (), config=False, data_dir=True),
+    "alerts": Command(alerts.build_parser, ("prometheus",), config=True, data_dir=False),
 }
 
 
