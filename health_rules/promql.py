@@ -4,8 +4,8 @@ Names follow the exporter's translation (the OpenTelemetry specification's
 "Prometheus and OpenMetrics Compatibility": characters outside
 ``[a-zA-Z0-9_:]`` become ``_``, runs of ``_`` collapse; KIP-714 clients send
 no unit, so none is appended). A rule's window is in the expression
-(``max_over_time(m[300s]) > 1000``), not in Prometheus' ``for``, so the
-lake and Prometheus fire on the same windows. The YAML is written by hand
+(``max_over_time(m[300s]) > 1000``), not in Prometheus' ``for``: the rule
+file's ``for_s`` is the window the aggregation reads, whoever evaluates it. The YAML is written by hand
 (every string JSON-quoted, which YAML reads as a double-quoted scalar):
 no YAML library is needed to produce it.
 """
