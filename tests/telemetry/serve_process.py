@@ -126,11 +126,12 @@ def run_clients(
 ) -> None:
     """A producer, a consumer (and an admin client), polled for ``seconds``, then closed.
 
-    Client ids are ``<prefix>-producer`` etc.; closing the consumer sends its
+    Client ids are ``<prefix>-producer`` etc.; closing a client sends its
     terminating push. With ``landed`` (the JSONL landing's file) and the
-    subscription's ``interval_ms``, the consumer is closed between two of its
+    subscription's ``interval_ms``, each client is closed between two of its
     pushes, so that its terminating push is certain
-    (:func:`tests.telemetry.server_support.close_between_pushes`).
+    (:func:`tests.telemetry.server_support.close_between_pushes`); the admin
+    client, which has no ``close``, by dropping the last reference to it.
     """
     common: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap,
@@ -152,6 +153,10 @@ def run_clients(
     producer.flush(2)
     if landed is None:
         consumer.close()
-    else:
-        close_between_pushes(consumer.close, landed, f"{prefix}-consumer", interval_ms)
+        del producer, clients
+        return
+    close_between_pushes(consumer.close, landed, f"{prefix}-consumer", interval_ms)
+    close_between_pushes(producer.close, landed, f"{prefix}-producer", interval_ms)
+    if admin:
+        close_between_pushes(clients.clear, landed, f"{prefix}-admin", interval_ms)
     del producer, clients

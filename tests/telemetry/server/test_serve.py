@@ -65,7 +65,8 @@ def test_real_clients_push_through_serve_to_the_exporter(
     server: ServeProcess, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    run_clients(server.bootstrap, 2.5, "it")
+    # Each client closed between two of its pushes: its terminating push is certain.
+    run_clients(server.bootstrap, 2.5, "it", landed=out / "kip714.jsonl", interval_ms=300)
     clients = {"it-producer", "it-consumer", "it-admin"}
     assert wait_until(lambda: {r["client_id"] for r in rows(out) if r["terminating"]} >= clients), {
         c: sorted({r["terminating"] for r in rows(out) if r["client_id"] == c}) for c in clients
