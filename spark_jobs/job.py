@@ -33,8 +33,10 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from health_rules import RulesError, load_rules
 from spark_jobs import metadata
 from spark_jobs.lake import DEFAULT_NAMESPACE, Lake, NoDataError
 from spark_jobs.spans import Range, merge_ranges, parse_window, window_label
@@ -138,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("count", "avg", "max", "last", "p50", "p95", "p99"),
         help="what top_clients_1h ranks by (default: p99)",
     )
+    add(
+        "--alert-rules",
+        metavar="FILE",
+        help="health rules for client_alerts_1h (default: the shipped health_rules/rules.toml; "
+        "kip714 rollup --config: its [alerts] rules)",
+    )
     add("--shuffle-partitions", type=int, help="default: sized to the data (1 per ~500k points)")
     add("--driver-memory", default="1g", help="when this process starts the JVM (default: 1g)")
     add("--verbose", action="store_true", help="keep Spark's own log output on stderr")
@@ -149,6 +157,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.catalog_uri is None or args.warehouse is None) and args.data_dir is None:
         parser.error("--data-dir is needed unless --catalog-uri and --warehouse are given")
+    try:  # a bad rules file is refused before Spark starts
+        args.rules = load_rules(Path(args.alert_rules) if args.alert_rules else None)
+    except RulesError as error:
+        parser.error(str(error))
     return args
 
 
@@ -168,7 +180,7 @@ def output_names(windows: Sequence[int]) -> list[str]:
         for w in sorted(windows)
         for kind in ("gauges", "sums", "histograms")
     ]
-    return [*names, "top_clients_1h", "client_health_1h"]
+    return [*names, "top_clients_1h", "client_health_1h", "client_alerts_1h"]
 
 
 def _align(args: argparse.Namespace) -> int:
@@ -314,6 +326,7 @@ def execute(spark: SparkSession, args: argparse.Namespace, run_plan: Plan) -> Jo
         output_names(args.windows),
         top=args.top,
         top_by=args.top_by,
+        rules=args.rules,
         incremental_after=run_plan.appended_after,
         existing=run_plan.existing_outputs,
         writers=_SMALL_RUN_WRITERS if run_plan.small_input else 1,

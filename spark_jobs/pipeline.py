@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -28,6 +29,8 @@ from pyspark.sql import functions as sf
 
 from spark_jobs.io import Range, within
 from spark_jobs.rollups import (
+    alert_points,
+    client_alerts,
     client_health,
     gauge_rollup,
     histogram_rollup,
@@ -39,6 +42,9 @@ from spark_jobs.rollups import (
 from spark_jobs.rollups.gauges import SORTED_MAX_WINDOW_S
 from spark_jobs.rollups.histograms import histogram_rollup_from
 from spark_jobs.rollups.sums import sum_rollup_from
+
+if TYPE_CHECKING:
+    from health_rules import RuleSet
 
 __all__ = [
     "HOUR_S",
@@ -136,6 +142,7 @@ def plan_rollups(
     top_by: str = "p99",
     max_buckets: int | None = None,
     points: DataFrame | None = None,
+    rules: RuleSet | None = None,
 ) -> RollupSet:
     """Every output of a run over ``ranges`` (whole windows of the largest length).
 
@@ -143,7 +150,8 @@ def plan_rollups(
     each range (cumulative points need their predecessor), partitioned by
     series (``prepare_partitioned``).
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
-    then ``top_clients_1h`` and ``client_health_1h``. ``max_buckets``
+    then ``top_clients_1h``, ``client_health_1h`` and ``client_alerts_1h`` (the
+    health ``rules``; the shipped ones when ``None``). ``max_buckets``
     (``scan_stats``) lets histograms merge without per-element lambdas.
 
     ``points``: the same landing rows before partitioning (``prepared`` is
@@ -205,4 +213,11 @@ def plan_rollups(
             sums_1h = sum_rollup(prepared, hourly).where(inside)
     result.outputs["top_clients_1h"] = top_n(gauges_1h, top, top_by)
     result.outputs["client_health_1h"] = client_health(gauges_1h, sums_1h)
+    if rules is None:
+        from health_rules import load_rules  # noqa: PLC0415 - reads the shipped file
+
+        rules = load_rules()
+    # The few points the rules read, persisted: each rule reads them once more.
+    alerting = result.keep(alert_points(unpartitioned, rules))
+    result.outputs["client_alerts_1h"] = client_alerts(alerting, rules)
     return result

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
@@ -17,6 +18,9 @@ from spark_jobs import io, metadata
 from spark_jobs.lake import Lake
 from spark_jobs.pipeline import plan_rollups, prepare_partitioned, scan_stats
 from spark_jobs.rollups import DEFAULT_LOOKBACK, unrolled_points
+
+if TYPE_CHECKING:
+    from health_rules import RuleSet
 
 __all__ = ["JobSummary", "run_rollups"]
 
@@ -87,6 +91,7 @@ def run_rollups(
     *,
     top: int = 10,
     top_by: str = "p99",
+    rules: RuleSet | None = None,
     incremental_after: int | None = None,
     existing: Collection[str] | None = None,
     writers: int = 1,
@@ -117,6 +122,7 @@ def run_rollups(
             top_by=top_by,
             max_buckets=stats.max_buckets,
             points=points,
+            rules=rules,
         )
         assert list(rollups.outputs) == list(outputs), "output order is the job's contract"
 

@@ -10,6 +10,7 @@ from spark_jobs.rollups._common import (
     window_label,
 )
 from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK
+from spark_jobs.rollups.alerts import ALERTS_SCHEMA, alert_points, client_alerts
 from spark_jobs.rollups.coverage import unrolled_points
 from spark_jobs.rollups.gauges import GAUGE_QUANTILES, exact_quantile, gauge_rollup
 from spark_jobs.rollups.health import HEALTH_METRICS, client_health
@@ -18,12 +19,15 @@ from spark_jobs.rollups.ranking import top_n
 from spark_jobs.rollups.sums import sum_rollup
 
 __all__ = [
+    "ALERTS_SCHEMA",
     "CLIENT_COLUMNS",
     "DEFAULT_LOOKBACK",
     "GAUGE_QUANTILES",
     "HEALTH_METRICS",
     "KEY_COLUMNS",
+    "alert_points",
     "bucket_quantile",
+    "client_alerts",
     "client_health",
     "cumulative_counts",
     "exact_quantile",

@@ -217,7 +217,7 @@ def rollup(argv: Sequence[str]) -> int:
         )
         return 2
     try:
-        job_argv = rollup_argv(argv)
+        job_argv = rollup_argv(argv, alert_rules=True)
     except RollupConfigError as error:
         print(f"kip714 rollup: error: {error}", file=sys.stderr)
         return 2

@@ -83,8 +83,10 @@ def _data_dir(document: dict[str, object], config: str | None) -> str:
     return raw  # made absolute against the file's directory by _document
 
 
-def rollup_argv(argv: Sequence[str]) -> list[str]:
+def rollup_argv(argv: Sequence[str], *, alert_rules: bool = False) -> list[str]:
     """``argv`` with ``--config FILE`` replaced by the lake arguments it implies.
+
+    With ``alert_rules`` (``kip714 rollup``), its ``[alerts] rules`` too.
 
     Raises:
         RollupConfigError: unreadable file, or an unusable ``[lake]``.
@@ -99,6 +101,9 @@ def rollup_argv(argv: Sequence[str]) -> list[str]:
         "--warehouse": lake.get("warehouse"),
         "--namespace": lake.get("namespace"),
     }
+    alerts = document.get("alerts", {})
+    if alert_rules and isinstance(alerts, dict) and alerts.get("rules") is not None:
+        implied["--alert-rules"] = alerts["rules"]
     for flag, value in implied.items():
         if value is not None and not _given(rest, flag):
             rest += [flag, str(value)]

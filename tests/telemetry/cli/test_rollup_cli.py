@@ -51,3 +51,17 @@ def test_kip714_rollup_reads_the_lake_the_config_names(tmp_path: Path) -> None:
         "kip714 rollup: error: no landing data between 2020-01-01T00:00Z and "
         "2020-01-01T01:00Z in kip714.prod.metrics\n"
     )
+
+
+def test_the_configs_alert_rules_reach_the_rollup_and_a_bad_file_stops_it(tmp_path: Path) -> None:
+    config = tmp_path / "kip714.toml"
+    config.write_text('[alerts]\nrules = "mine.toml"\n')
+    argv = rollup_argv(["--config", str(config)], alert_rules=True)
+    assert argv[:2] == ["--alert-rules", str(tmp_path / "mine.toml")]
+    assert "--alert-rules" not in rollup_argv(["--config", str(config)])  # kip714 report's
+    (tmp_path / "mine.toml").write_text('[[rule]]\nname = "x"\n')
+    command = [sys.executable, "-m", "telemetry", "rollup", "--config", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]  # argparse: the usage, then the error
+    assert last.startswith("kip714 rollup: error: ") and "missing key 'aggregation'" in last
