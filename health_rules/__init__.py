@@ -18,7 +18,6 @@ from health_rules.model import (
     RuleSet,
     load_rules,
     parse_rules,
-    shipped_rules_path,
 )
 from health_rules.versions import parse_version, software_is_known_bad
 
@@ -34,6 +33,5 @@ __all__ = [
     "load_rules",
     "parse_rules",
     "parse_version",
-    "shipped_rules_path",
     "software_is_known_bad",
 ]

@@ -28,7 +28,6 @@ __all__ = [
     "RulesError",
     "load_rules",
     "parse_rules",
-    "shipped_rules_path",
 ]
 
 #: How a rule reduces the metric over its ``for_s`` window (``last``: the newest value).
@@ -107,19 +106,18 @@ class RuleSet:
         raise KeyError(name)
 
 
-def shipped_rules_path() -> Path:
-    """The rules kip714 ships (``health_rules/rules.toml``)."""
-    return Path(str(resources.files("health_rules").joinpath("rules.toml")))
-
-
 def load_rules(path: Path | None = None) -> RuleSet:
-    """The rules in ``path``, or the shipped ones; ``RulesError`` for an unusable file."""
-    source = path if path is not None else shipped_rules_path()
+    """The rules in ``path``, or the shipped ones; ``RulesError`` for an unusable file.
+
+    The shipped file is read as a package resource, so it is found in a
+    zip too (the ``--py-files`` archive a Spark cluster imports from).
+    """
+    source = path if path is not None else resources.files("health_rules") / "rules.toml"
     try:
         text = source.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RulesError(f"{source}: cannot read the rules: {error}") from None
-    return parse_rules(text, str(source))
+    return parse_rules(text, str(path) if path is not None else "health_rules/rules.toml")
 
 
 def parse_rules(text: str, source: str = "<rules>") -> RuleSet:

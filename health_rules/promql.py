@@ -5,9 +5,9 @@ Names follow the exporter's translation (the OpenTelemetry specification's
 ``[a-zA-Z0-9_:]`` become ``_``, runs of ``_`` collapse; KIP-714 clients send
 no unit, so none is appended). A rule's window is in the expression
 (``max_over_time(m[300s]) > 1000``), not in Prometheus' ``for``: the rule
-file's ``for_s`` is the window the aggregation reads, whoever evaluates it. The YAML is written by hand
-(every string JSON-quoted, which YAML reads as a double-quoted scalar):
-no YAML library is needed to produce it.
+file's ``for_s`` is the window the aggregation reads, whoever evaluates
+it. The YAML is written by hand (every string JSON-quoted, which YAML reads
+as a double-quoted scalar): no YAML library is needed to produce it.
 """
 
 from __future__ import annotations

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
+import health_rules
 from health_rules import (
     DERIVED_METRICS,
     KnownBad,
@@ -172,3 +176,23 @@ def test_a_version_range_regex_matches_exactly_the_range(first: str, last: str) 
         assert bool(pattern.fullmatch(text + "-RC1")) == (low <= version <= high), text
     assert not pattern.fullmatch(f"x{first}")
     assert bool(pattern.fullmatch(f"{high[0]}.{high[1]}.{high[2] + 100}")) is False
+
+
+def test_the_shipped_rules_load_from_a_zip_as_a_spark_cluster_imports_them(tmp_path: Path) -> None:
+    package = Path(health_rules.__file__).parent
+    archive = tmp_path / "py-files.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in package.iterdir():
+            if path.is_file():
+                out.write(path, f"health_rules/{path.name}")
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import health_rules; "
+        "assert health_rules.__file__.startswith(sys.argv[1]), health_rules.__file__; "
+        "print(len(health_rules.load_rules().rules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(archive)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(load_rules().rules)

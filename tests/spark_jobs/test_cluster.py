@@ -36,12 +36,13 @@ def landing() -> list[dict[str, object]]:
 
 
 def package_zip(tmp_path: Path) -> Path:
-    """``spark_jobs`` as the ``--py-files`` archive a cluster's executors import it from."""
+    """``spark_jobs`` and the ``health_rules`` it reads, as the ``--py-files`` archive."""
     archive = tmp_path / "spark_jobs.zip"
     with zipfile.ZipFile(archive, "w") as out:
-        for path in PACKAGE.rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts:
-                out.write(path, Path("spark_jobs") / path.relative_to(PACKAGE))
+        for package in (PACKAGE, PACKAGE.parent / "health_rules"):
+            for path in package.rglob("*"):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    out.write(path, Path(package.name) / path.relative_to(package))
     return archive
 
 
