@@ -22,6 +22,23 @@ from tests.spark_jobs.standalone import SPARK_HOME, spark_env, standalone_cluste
 from tests.spark_jobs.support import at, point
 
 RANGE = ["--from", "2026-11-21T04:00Z", "--to", "2026-11-21T06:00Z"]
+KNOWN_BAD_2_16 = """
+[[rule]]
+name = "software_known_bad"
+metric = "kip714.client.software_known_bad"
+aggregation = "last"
+op = "=="
+threshold = 1
+for_s = 0
+severity = "critical"
+meaning = "known-bad software"
+
+[[known_bad]]
+library = "librdkafka"
+first = "2.16.0"
+last = "2.16.0"
+reason = "the tests' points say librdkafka 2.16.0"
+"""
 PACKAGE = Path(spark_jobs.__file__).parent
 
 
@@ -53,7 +70,12 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
     for target in (lake, on_cluster):
         append_rows(target, landing())
     data_dir = str(lake.catalog_file.parent.parent)
-    assert main(["--data-dir", data_dir, "--namespace", lake.namespace, *RANGE]) == 0
+    rules = (
+        tmp_path / "rules.toml"
+    )  # the test clients' librdkafka is "known bad": alerts to compare
+    rules.write_text(KNOWN_BAD_2_16)
+    alert_rules = ["--alert-rules", str(rules)]
+    assert main(["--data-dir", data_dir, "--namespace", lake.namespace, *RANGE, *alert_rules]) == 0
     capsys.readouterr()
 
     jars = iceberg_jars()
@@ -68,7 +90,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
             "--conf", f"spark.pyspark.python={sys.executable}",
             "--conf", f"spark.pyspark.driver.python={sys.executable}",
             str(PACKAGE / "job.py"), "--data-dir", data_dir,
-            "--namespace", on_cluster.namespace, *RANGE,
+            "--namespace", on_cluster.namespace, *RANGE, *alert_rules,
         ]  # fmt: skip
         result = subprocess.run(command, env=spark_env(tmp_path / "cluster"), capture_output=True,
                                 text=True, timeout=300, check=False)  # fmt: skip
