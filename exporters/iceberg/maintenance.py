@@ -30,10 +30,9 @@ and are retried on the next pass.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
-import time
+import traceback
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow.compute as pc
@@ -52,12 +51,12 @@ if TYPE_CHECKING:
     from exporters.iceberg.lake import LakeLocation
 
 __all__ = [
-    "Maintenance",
     "MaintenanceSettings",
     "MaintenanceStats",
     "compact",
     "compact_hour",
     "expire_snapshots",
+    "maintenance_pass",
     "remove_orphan_files",
     "retain",
 ]
@@ -257,33 +256,18 @@ def run_pass(
     stats.passes += 1
 
 
-class Maintenance:
-    """Runs ``run_pass`` at start and every ``interval_s``; a failed pass is logged and retried."""
+def maintenance_pass(
+    location: LakeLocation, settings: MaintenanceSettings, now_ms: int
+) -> tuple[MaintenanceStats, str | None]:
+    """One pass and what it did, even when it failed half-way (then with the traceback).
 
-    def __init__(self, location: LakeLocation, settings: MaintenanceSettings) -> None:
-        self.location = location
-        self.settings = settings
-        self.stats = MaintenanceStats()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="iceberg-maintenance")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(
-                    run_pass, self.location, self.settings, self.stats, int(time.time() * 1000)
-                )
-            except Exception:
-                self.stats.failures += 1
-                _log.exception(
-                    "lake maintenance pass failed; retried in %.0f s", self.settings.interval_s
-                )
-            await asyncio.sleep(self.settings.interval_s)
+    What ``maintenance_schedule.Maintenance`` runs in a worker process: a
+    failure is returned as text, since pickling pyiceberg's exception would
+    import pyiceberg in the serving process.
+    """
+    stats = MaintenanceStats()
+    try:
+        run_pass(location, settings, stats, now_ms)
+    except Exception:
+        return stats, traceback.format_exc(limit=8)
+    return stats, None
