@@ -23,15 +23,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import importlib
 import logging
 import logging.handlers
 import multiprocessing
+import os
 import signal
+import sys
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -67,7 +70,7 @@ class WorkerHandle:
         self._conn, child = context.Pipe()
         self.process: SpawnProcess = context.Process(
             target=_worker_entry,
-            args=(target, child, config, logging.getLogger().getEffectiveLevel()),
+            args=(target, child, config, logging.getLogger().getEffectiveLevel(), os.getpid()),
             name=f"{name}-w{index}",
             daemon=True,
         )
@@ -258,7 +261,7 @@ def call_in_process(target: str, *args: Any, name: str, timeout_s: float = 10.0)
     receiver, sender = context.Pipe(duplex=False)
     level = logging.getLogger().getEffectiveLevel()
     process = context.Process(
-        target=_call_main, args=(sender, target, args, level), name=name, daemon=True
+        target=_call_main, args=(sender, target, args, level, os.getpid()), name=name, daemon=True
     )
     process.start()
     sender.close()  # only the child holds it, so its death is EOF here
@@ -283,8 +286,11 @@ def call_in_process(target: str, *args: Any, name: str, timeout_s: float = 10.0)
     return reply[1]
 
 
-def _call_main(conn: Connection, target: str, args: tuple[Any, ...], level: int) -> None:
+def _call_main(
+    conn: Connection, target: str, args: tuple[Any, ...], level: int, parent: int
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server tells its children when to stop
+    _die_with(parent)
     _forward_logs(conn, level)
     try:
         module, _, function = target.partition(":")
@@ -334,8 +340,38 @@ def _handle(record: logging.LogRecord) -> None:
 
 
 def _worker_entry(
-    target: Callable[[Connection, Any], None], conn: Connection, config: Any, level: int
+    target: Callable[[Connection, Any], None],
+    conn: Connection,
+    config: Any,
+    level: int,
+    parent: int,
 ) -> None:
-    """A worker process's first call: its logs go to the server, then ``target`` runs."""
+    """A worker process's first call: it dies with the server, its logs go there; ``target``."""
+    _die_with(parent)
     _forward_logs(conn, level)
     target(conn, config)
+
+
+#: ``prctl(PR_SET_PDEATHSIG, …)``: Linux's signal to a process when its parent dies.
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with(parent: int) -> None:
+    """Be killed the moment the server process dies (Linux), rather than at the next request.
+
+    A worker that outlived a SIGKILLed server could still run a commit it had
+    been sent, while the restarted server reads the table to find where it
+    stands: that commit would land after the position was read, and its
+    pushes again with the replay. Elsewhere a worker exits at the next
+    request it cannot read (EOF), as before. (The kernel signals when the
+    *thread* that started the worker ends: a landing's lanes are started
+    from the event loop's default pool, whose threads live until the loop
+    closes, after the landing has stopped them; a pass's thread waits for it.)
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the server died before the call above
+        os._exit(1)
