@@ -12,6 +12,9 @@ is the landing. Printed:
   (the landing's committed log position, i.e. data in committed snapshots),
   sampled every 0.5 s: landing lag (log end − landed position) at the end of
   the window and its maximum, p99 acknowledgement latency;
+* before the load: the RSS of the server process and of each landing
+  worker 10 s after the server is ready (``--check``: against
+  ``budget.json``'s ``idle_rss_mib``);
 * peak RSS of the server and of its landing workers;
 * after the load: time to drain the lag, rows landed == acknowledged
   pushes × 60, and bytes per data point on disk.
@@ -45,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 import zstandard
@@ -74,6 +77,11 @@ from exporters.otlp_rows import flatten_batch
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+#: The idle footprint is read this long after the server is ready; the issue's bounds.
+IDLE_AFTER_S: Final = 10.0
+IDLE_RSS_SERVER_MIB: Final = 100
+IDLE_RSS_WORKER_MIB: Final = 150
+BUDGET: Final = Path(__file__).resolve().parent / "budget.json"
 HOST: Final = "127.0.0.1"
 INTERVAL_MS: Final = 100
 MIB: Final = 1024 * 1024
@@ -348,6 +356,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-rows", type=int, default=2_000_000, help="max_pending_rows")
     parser.add_argument("--limit-seconds", type=float, default=3.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a figure exceeds budget.json's (idle_rss_mib) beyond its tolerance",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.limit_seconds, args.file_age = 4.0, 1.0, 1.0, 1.0
@@ -356,12 +369,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def idle_rss(server: Server) -> dict[str, Any]:
+    """RSS (MiB) of the server process and of each landing worker ``IDLE_AFTER_S`` after ready.
+
+    Called as soon as the server is ready, before any load: what an idle
+    ``kip714 serve`` keeps resident (docs/architecture.md "Processes").
+    The workers are the server's spawned children (not multiprocessing's
+    resource tracker).
+    """
+    assert server.proc is not None
+    time.sleep(IDLE_AFTER_S)
+    process = psutil.Process(server.proc.pid)
+    workers = [c for c in process.children() if "spawn_main" in " ".join(c.cmdline())]
+    figures = {
+        "server": round(process.memory_info().rss / MIB, 1),
+        "workers": [round(w.memory_info().rss / MIB, 1) for w in workers],
+    }
+    print(
+        f"{'idle RSS, 10 s after ready':<30}: server {figures['server']:.0f} MiB, landing"
+        f" worker(s) {', '.join(f'{w:.0f}' for w in figures['workers']) or 'none'} MiB"
+        f" (bounds: server <= {IDLE_RSS_SERVER_MIB} MiB, worker <= {IDLE_RSS_WORKER_MIB} MiB)",
+        flush=True,
+    )
+    return figures
+
+
+def check_idle_rss(figures: dict[str, Any]) -> int:
+    """0 when the idle RSS is within ``budget.json``'s ``idle_rss_mib`` and its tolerance."""
+    budget = json.loads(BUDGET.read_text())["idle_rss_mib"]
+    allowed = 1 + budget["tolerance"]
+    verdicts = [("server", figures["server"], budget["server"] * allowed)] + [
+        ("worker", worker, budget["worker"] * allowed) for worker in figures["workers"]
+    ]
+    for name, value, limit in verdicts:
+        verdict = _ok(value <= limit)
+        print(f"budget idle_rss_mib {name}: {value:.0f} MiB, limit {limit:.0f} [{verdict}]")
+    return 0 if all(value <= limit for _, value, limit in verdicts) else 1
+
+
 def load_phase(
     server: Server, sampler: Sampler, args: argparse.Namespace
 ) -> tuple[PhaseResult, int, float, int | None]:
     """Offer the load, then wait for the landing to drain; (result, acked, drain s, exit code)."""
     try:
         server.start()
+        args.idle_rss = idle_rss(server)
         spec = LoadSpec(
             host=HOST,
             port=server.kafka_port,
@@ -489,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
             flush=True,
         )
+    if args.check:
+        return check_idle_rss(args.idle_rss)
     return 0
 
 

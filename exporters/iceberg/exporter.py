@@ -16,6 +16,12 @@ restart the exporter resumes after the newest snapshot this node wrote (and
 skips replayed offsets below it), so every push lands once even after
 SIGKILL between the Iceberg commit and the host's.
 
+Every catalog operation runs in the first lane (``committer.py``): it
+opens the tables and reads where this node stands at start, and commits
+each generation's files; this process keeps only the bookkeeping, and never
+imports pyiceberg or pyarrow (docs/architecture.md "Processes"). With
+``workers = 0`` that lane is a thread here.
+
 A failed write (a full warehouse disk) or commit (a locked or unreachable
 catalog, a commit that keeps losing the race) costs the generation, not the
 landing: the lanes are replaced (their rows dropped), ``durable_offset``
@@ -28,7 +34,11 @@ false); the first failure of a streak is logged and counted once
 after it logs the recovery. Files written for a generation that was never
 committed are orphans, removed by orphan cleanup. A commit in progress is
 finished before a cancellation is delivered (``run_to_completion``), so the
-exporter always knows whether it happened.
+exporter always knows whether it happened, or, when the lane committing it
+died meanwhile, that it does not know: then the commit counts as failed,
+and the retry starts fresh lanes, whose first reads the position from the
+table again before anything is exported (what a restart does), so a commit
+that did happen is never applied twice.
 """
 
 from __future__ import annotations
@@ -47,27 +57,19 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
-from exporters.iceberg import commits
 from exporters.iceberg.generations import GenerationLanding, age_timer, free_worker
-from exporters.iceberg.import_parquet import parquet_landing_position
-from exporters.iceberg.lake import lake_location, open_catalog, open_table, split_by_kind
+from exporters.iceberg.lane_messages import LakeSetup, LaneStart
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
-from exporters.iceberg.maintenance import Maintenance, MaintenanceSettings, MaintenanceStats
-from exporters.iceberg.rows import (
-    COALESCE_BYTES,
-    COALESCE_PUSHES,
-    BatchReply,
-    LaneConfig,
-    WrittenFile,
-)
-from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
+from exporters.iceberg.maintenance_schedule import Maintenance
+from exporters.iceberg.settings import MaintenanceSettings, MaintenanceStats, lake_location
 from exporters.options import bool_option, int_option, number_option
 from exporters.otlp_rows import FlattenStats
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from pyiceberg.table import Table
+    from exporters.iceberg.lane_messages import CommitOutcome, Opened
+    from exporters.iceberg.rows import BatchReply, WrittenFile
 
 __all__ = ["DEFAULTS", "IcebergExporter", "IcebergStats"]
 
@@ -99,12 +101,19 @@ _LAKE_KEYS: Final = frozenset(
     }
 )
 _OPTIONS: Final = frozenset({*_LAKE_KEYS, *DEFAULTS})
+#: The lake's tables (``schema.METRICS_TABLE``, ``schema.PUSHES_TABLE``; that module needs pyarrow).
+METRICS_TABLE: Final = "metrics"
+PUSHES_TABLE: Final = "pushes"
 NODE_ID_FILE: Final = "node_id"
 #: Batches queued per lane beyond the one it is flattening; bounds memory.
 IN_FLIGHT_PER_LANE: Final = 2
 #: Backoff after a failed write or commit: the first wait, and the longest.
 RETRY_INITIAL_S: Final = 0.1
 RETRY_MAX_S: Final = 30.0
+
+
+class LakeUnavailableError(Exception):
+    """The first lane could not open the tables (the catalog is away): the reason it gave."""
 
 
 @dataclass(slots=True)
@@ -194,7 +203,8 @@ class IcebergExporter(GenerationLanding):
         self.stats = IcebergStats()
         """Running counters for the server's metrics; see ``IcebergStats``."""
         self._log_id: str | None = None
-        self._tables: dict[str, Table] = {}
+        self._tables = (METRICS_TABLE, PUSHES_TABLE) if self.raw else (METRICS_TABLE,)
+        self._coalesce = (1, 1)  # pushes, bytes: what the lanes say once they opened the tables
         self._from: dict[str, int] = {}  # per table: the first offset it does not hold
         self._next = 0  # offsets below were landed before this start, or exported since
         self._lanes: list[ProcessLane | ThreadLane] = []
@@ -243,59 +253,74 @@ class IcebergExporter(GenerationLanding):
             raise RuntimeError("iceberg exporter is closed")
         if self._started:
             return
-        await asyncio.to_thread(self._open)
-        await self._start_lanes()
+        if self._node_id is None:
+            assert self.data_dir is not None
+            self._node_id = await asyncio.to_thread(node_id_in, self.data_dir)
+        opened = await self._start_lanes()
+        self._resume(opened)
         self._started = True
         self._timer = asyncio.create_task(self._age_timer(), name="iceberg-age")
         if self.maintenance_settings.enabled:
-            self._maintenance = Maintenance(self.location, self.maintenance_settings)
+            self._maintenance = Maintenance(
+                self.location, self.maintenance_settings, in_process=not self.workers
+            )
             self._maintenance.start()
 
-    async def _start_lanes(self) -> None:
-        """Start fresh lanes (a new token: their file names never collide with earlier ones)."""
+    async def _start_lanes(self) -> Opened:
+        """Start fresh lanes (a new token: their file names never collide with earlier ones).
+
+        The first lane opens the tables and reads where this node stands in
+        each (what the table says, as after a restart); the others are told
+        the tables' locations.
+
+        Raises:
+            LakeUnavailableError: The tables could not be opened (the lanes are stopped).
+        """
         try:
-            token = uuid.uuid4().hex[:8]
-            properties = self.location.catalog_properties()
-            locations = {name: table.location() for name, table in self._tables.items()}
-            by_kind = split_by_kind(self._tables[METRICS_TABLE])
+            lane_options = {
+                "node_id": self.node_id,
+                "io_properties": self.location.catalog_properties(),
+                "token": uuid.uuid4().hex[:8],
+                "max_data_points_per_push": self.max_data_points_per_push,
+            }
+            setup = LakeSetup(
+                self.location,
+                self.node_id,
+                self._log_id,
+                self._tables,
+                None if self.data_dir is None else str(self.data_dir),
+            )
             for index in range(max(1, self.workers)):
-                config = LaneConfig(
-                    index,
-                    self.node_id,
-                    locations,
-                    properties,
-                    token,
-                    by_kind,
-                    self.max_data_points_per_push,
-                )
-                lane = ProcessLane(config) if self.workers else ThreadLane(config)
+                start = LaneStart(index, lane_options, setup if index == 0 else None)
+                lane = ProcessLane(start) if self.workers else ThreadLane(start)
                 self._lanes.append(lane)
                 await lane.start()
+            reply = await self._lanes[0].open()
+            if reply[0] != "opened":
+                raise LakeUnavailableError(reply[1])
+            opened: Opened = reply[1]
+            await asyncio.gather(
+                *(lane.configure(opened.locations, opened.by_kind) for lane in self._lanes[1:])
+            )
         except BaseException:
             await self._stop_lanes()
             raise
+        self._coalesce = (opened.coalesce_pushes, opened.coalesce_bytes)
+        return opened
 
-    def _open(self) -> None:
-        if self._node_id is None:
-            assert self.data_dir is not None
-            self._node_id = node_id_in(self.data_dir)
-        catalog = open_catalog(self.location)
-        names = [METRICS_TABLE, PUSHES_TABLE] if self.raw else [METRICS_TABLE]
-        floor = 0
-        if self.data_dir is not None and self._log_id is not None:
-            floor = parquet_landing_position(self.data_dir, self._log_id)
-        for name in names:
-            table = open_table(catalog, self.location.namespace, name)
-            self._tables[name] = table
-            position = commits.committed_position(table, self.node_id)
-            start = floor
+    def _resume(self, opened: Opened) -> None:
+        """Start after this node's newest commit in each table (and a Parquet landing's)."""
+        for name in self._tables:
+            position = opened.positions[name]
+            start = opened.floor
             if position is not None and position.log_id in (None, self._log_id):
                 start = max(start, position.offset_end + 1)
             elif position is not None:
                 _log.warning(
-                    "lake table %s: node %s last landed ingest log %s; ingest log %s feeds it "
-                    "now, landed from its offset %d (was the log directory replaced?)",
-                    table.name(),
+                    "lake table %s.%s: node %s last landed ingest log %s; ingest log %s feeds "
+                    "it now, landed from its offset %d (was the log directory replaced?)",
+                    self.location.namespace,
+                    name,
                     self.node_id,
                     position.log_id,
                     self._log_id,
@@ -348,7 +373,7 @@ class IcebergExporter(GenerationLanding):
             gen.gathered_bytes += sum(len(p.payload) for p in pushes)
             gen.last = pushes[-1].offset
             self._next = gen.last + 1
-            if len(gen.gathered) >= COALESCE_PUSHES or gen.gathered_bytes >= COALESCE_BYTES:
+            if len(gen.gathered) >= self._coalesce[0] or gen.gathered_bytes >= self._coalesce[1]:
                 await self._hand_over(gen)
             if sum(gen.buffered.values()) >= self.max_pending_rows:
                 await run_to_completion(self._write(gen))
@@ -370,7 +395,7 @@ class IcebergExporter(GenerationLanding):
             )
         if self._lanes_stale:
             try:
-                await asyncio.to_thread(self._reload_positions)
+                opened = await run_to_completion(self._restart_lanes())
             except Exception as error:  # the catalog is still away: another round of backoff
                 self.stats.failures += 1
                 self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
@@ -379,28 +404,26 @@ class IcebergExporter(GenerationLanding):
                     f"{self._where()}: reading the table: {error}"
                 ) from error
             self._lanes_stale = False
-            await run_to_completion(self._restart_lanes())
+            self._reload_positions(opened)
 
-    def _reload_positions(self) -> None:
-        """Refresh the tables and where this node stands in each (blocking).
+    def _reload_positions(self, opened: Opened) -> None:
+        """Take where this node stands in each table, as fresh lanes read it.
 
         A commit that failed may still have been applied (an answer lost on
-        the way back): what the table says wins, and replayed offsets it
-        holds are skipped.
+        the way back, or a worker that died during the commit): what the
+        table says wins, and replayed offsets it holds are skipped.
         """
-        for name, table in list(self._tables.items()):
-            fresh = table.refresh()
-            self._tables[name] = fresh
-            position = commits.committed_position(fresh, self.node_id)
+        for name in self._tables:
+            position = opened.positions[name]
             if position is not None and position.log_id in (None, self._log_id):
                 self._from[name] = max(self._from[name], position.offset_end + 1)
         self._durable = max(self._durable, min(self._from.values()))
         self._next = max(self._next, self._durable)
         self.stats.durable_offset = self._durable
 
-    async def _restart_lanes(self) -> None:
+    async def _restart_lanes(self) -> Opened:
         await self._stop_lanes()
-        await self._start_lanes()
+        return await self._start_lanes()
 
     def _abandon(self, gen: _Generation, reason: str) -> None:
         """Drop ``gen`` after a failed write or commit; the host replays it after a backoff."""
@@ -526,32 +549,30 @@ class IcebergExporter(GenerationLanding):
         await run_to_completion(self._commit_generation(gen))
 
     async def _commit_generation(self, gen: _Generation) -> None:
-        properties = {
-            commits.NODE_ID: self.node_id,
-            commits.OFFSET_START: str(gen.first),
-            commits.OFFSET_END: str(gen.last),
-        }
-        if self._log_id:
-            properties[commits.LOG_ID] = self._log_id
+        """Commit ``gen``'s files, one snapshot per table, through the first lane.
+
+        A lane that dies meanwhile leaves it unknown whether the commit
+        happened: the generation is abandoned like a failed commit, and the
+        retry reads the position from the table before anything is replayed.
+        """
         for name in sorted(self._tables):
             files = [f for f in gen.files if f.table == name]
             if not files:
                 continue
-            conflicts: list[int] = []
             try:
-                self._tables[name] = await asyncio.to_thread(
-                    commits.commit_files,
-                    self._tables[name],
-                    [f.location for f in files],
-                    properties,
-                    conflicts,
+                reply = await self._lanes[0].commit(
+                    name, [f.location for f in files], gen.first, gen.last
                 )
             except Exception as error:
-                self.stats.commit_conflicts += len(conflicts)
                 reason = f"committing offsets {gen.first}..{gen.last} failed: {error!r}"
                 self._abandon(gen, reason)
                 raise TransientExportError(reason) from error
-            self.stats.commit_conflicts += len(conflicts)
+            outcome: CommitOutcome = reply[1]
+            self.stats.commit_conflicts += outcome.conflicts
+            if outcome.error is not None:
+                reason = f"committing offsets {gen.first}..{gen.last} failed: {outcome.error}"
+                self._abandon(gen, reason)
+                raise TransientExportError(reason)
             self.stats.commits += 1
             self._from[name] = gen.last + 1  # a later failure of another table replays none here
             landed = sum(f.rows for f in files)

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
@@ -50,10 +48,14 @@ from exporters.iceberg.schema import (
     lake_metrics_schema,
     lake_pushes_schema,
 )
+from exporters.iceberg.settings import (
+    CATALOG_NAME,
+    DEFAULT_NAMESPACE,
+    LakeLocation,
+    lake_location,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import pyarrow as pa
     from pyiceberg.table import Table
 
@@ -69,18 +71,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-CATALOG_NAME: Final = "kip714"
 #: The ``metrics`` table's second partition field (identity of the column of the same name).
 KIND_FIELD: Final = "metric_type"
-DEFAULT_NAMESPACE: Final = "kip714"
-#: ``[lake]`` keys that configure object storage, and the pyiceberg property each sets.
-S3_KEYS: Final = {
-    "s3_endpoint": "s3.endpoint",
-    "s3_region": "s3.region",
-    "s3_access_key_id": "s3.access-key-id",
-    "s3_secret_access_key": "s3.secret-access-key",
-}
-_CATALOG_TYPES: Final = ("sql", "rest")
 _TABLE_PROPERTIES: Final = {
     TableProperties.PARQUET_COMPRESSION: "zstd",
     "format-version": "2",
@@ -90,77 +82,6 @@ _TABLE_PROPERTIES: Final = {
     "write.update.isolation-level": "serializable",
     "write.merge.isolation-level": "serializable",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class LakeLocation:
-    """Everything needed to open the lake's catalog: the ``[lake]`` keys, checked."""
-
-    catalog: Mapping[str, str]
-    warehouse: str
-    namespace: str = DEFAULT_NAMESPACE
-    storage: Mapping[str, str] = field(default_factory=dict)
-
-    def catalog_properties(self) -> dict[str, str]:
-        """pyiceberg's properties for ``load_catalog``."""
-        properties = {**self.catalog, "warehouse": self.warehouse, **self.storage}
-        if self.warehouse.startswith("s3://"):
-            # S3-compatible servers (MinIO, S3Proxy, Ceph) address buckets by path.
-            properties.setdefault("s3.force-virtual-addressing", "false")
-        return properties
-
-
-def lake_location(options: Mapping[str, Any], data_dir: Path | None) -> LakeLocation:
-    """The lake named by ``options`` (``catalog``, ``warehouse``, ``namespace``, ``s3_*``).
-
-    Without a catalog or a warehouse, they default to ``<data_dir>/lake/``.
-
-    Raises:
-        ValueError: A key has an invalid value, or a default is needed but
-            there is no ``data_dir``.
-    """
-    lake_dir = None if data_dir is None else data_dir.absolute() / "lake"
-    catalog = _catalog(options.get("catalog"), lake_dir)
-    warehouse = options.get("warehouse")
-    if warehouse is None:
-        if lake_dir is None:
-            raise ValueError("option 'warehouse' is required when 'path' is not given")
-        warehouse = str(lake_dir / "warehouse")
-    if not isinstance(warehouse, str | os.PathLike) or not os.fspath(warehouse):
-        raise ValueError(f"option 'warehouse' must be a path or a URI: {warehouse!r}")
-    warehouse = os.fspath(warehouse)
-    if "://" not in warehouse:
-        warehouse = f"file://{Path(warehouse).absolute()}"
-    namespace = options.get("namespace", DEFAULT_NAMESPACE)
-    if not isinstance(namespace, str) or not namespace.isidentifier():
-        raise ValueError(f"option 'namespace' must be a plain name: {namespace!r}")
-    storage: dict[str, str] = {}
-    for key, prop in S3_KEYS.items():
-        value = options.get(key)
-        if value is not None:
-            if not isinstance(value, str):
-                raise ValueError(f"option {key!r} must be a string")
-            storage[prop] = value
-    return LakeLocation(catalog, warehouse, namespace, storage)
-
-
-def _catalog(raw: object, lake_dir: Path | None) -> dict[str, str]:
-    if raw is None:
-        if lake_dir is None:
-            raise ValueError("option 'catalog' is required when 'path' is not given")
-        return {"type": "sql", "uri": f"sqlite:///{lake_dir / 'catalog.db'}"}
-    if not isinstance(raw, dict) or not all(
-        isinstance(k, str) and isinstance(v, str | int | bool) for k, v in raw.items()
-    ):
-        raise ValueError(f"option 'catalog' must be a table of strings: {raw!r}")
-    catalog = {k: str(v) for k, v in raw.items()}
-    if catalog.get("type") not in _CATALOG_TYPES:
-        raise ValueError(
-            f"option 'catalog' needs type = one of {', '.join(_CATALOG_TYPES)}: {raw!r}"
-        )
-    if "uri" not in catalog:
-        raise ValueError(f"option 'catalog' needs a uri: {raw!r}")
-    return catalog
 
 
 def open_catalog(location: LakeLocation) -> Catalog:

@@ -1,11 +1,16 @@
-"""Where a batch is flattened: a worker process, or (``workers = 0``) a thread of the server.
+"""Where a lane works: a worker process, or (``workers = 0``) a thread of the server.
 
-Both kinds take requests in order and answer each with an ``asyncio`` future:
-``batch`` (flatten and buffer) and ``write`` (write the buffered rows as data
-files). A process lane is ``exporters.landing.pool.WorkerHandle`` running
+Both kinds take requests in order and answer each with an ``asyncio`` future
+(``worker.py`` lists them): ``open`` (lane 0: the tables and this node's
+position), ``configure`` (the other lanes), ``batch`` (flatten and buffer),
+``write`` (write the buffered rows as data files) and ``commit`` (lane 0).
+A process lane is ``exporters.landing.pool.WorkerHandle`` running
 ``worker.worker_main``, so the event loop only pickles batches and reads
-small replies; a thread lane runs the same ``LakeRows`` on a one-thread
-executor (tests, embedding, machines with one core).
+small replies, and the serving process never imports pyarrow or pyiceberg:
+this module imports neither (the process's entry point and the thread
+lane's ``LaneWorker`` are imported where they run). A thread lane runs the
+same ``LaneWorker`` on a one-thread executor (tests, embedding, machines
+with one core).
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 from exporters.api import LoggedPush
-from exporters.iceberg.rows import LakeRows, LaneConfig
-from exporters.iceberg.worker import worker_main
 from exporters.landing.pool import WorkerHandle
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from multiprocessing.connection import Connection
+
+    from exporters.iceberg.lane_messages import LaneStart
 
 __all__ = ["ProcessLane", "ThreadLane"]
 
@@ -30,11 +36,18 @@ __all__ = ["ProcessLane", "ThreadLane"]
 _as_tuple: Final = operator.attrgetter(*(f.name for f in dataclasses.fields(LoggedPush)))
 
 
+def _lane_main(conn: Connection, start: LaneStart) -> None:
+    """The worker process's entry point, importable without pyarrow (spawn pickles it by name)."""
+    from exporters.iceberg.worker import worker_main  # noqa: PLC0415  (the worker's imports)
+
+    worker_main(conn, start)
+
+
 class ProcessLane:
     """A worker process (spawned: the server has threads)."""
 
-    def __init__(self, config: LaneConfig) -> None:
-        self._handle = WorkerHandle(config, target=worker_main, name="kip714-lake")
+    def __init__(self, start: LaneStart) -> None:
+        self._handle = WorkerHandle(start, target=_lane_main, name="kip714-lake")
 
     async def start(self) -> None:
         await asyncio.to_thread(self._handle.start)
@@ -43,6 +56,12 @@ class ProcessLane:
     @property
     def in_flight(self) -> int:
         return self._handle.in_flight
+
+    def open(self) -> asyncio.Future[Any]:
+        return self._handle.request(("open",))
+
+    def configure(self, locations: Mapping[str, str], by_kind: bool) -> asyncio.Future[Any]:
+        return self._handle.request(("configure", dict(locations), by_kind))
 
     def batch(
         self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
@@ -54,16 +73,21 @@ class ProcessLane:
     def write(self, first: int, last: int) -> asyncio.Future[Any]:
         return self._handle.request(("write", first, last))
 
+    def commit(self, table: str, files: list[str], first: int, last: int) -> asyncio.Future[Any]:
+        return self._handle.request(("commit", table, files, first, last))
+
     async def stop(self) -> None:
         await self._handle.stop()
 
 
 class ThreadLane:
-    """The same work on one thread of this process, in request order."""
+    """The same work on one thread of this process, in request order (pyiceberg loads here)."""
 
-    def __init__(self, config: LaneConfig) -> None:
-        self._rows = LakeRows(config)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"kip714-lake-l{config.lane_id}")
+    def __init__(self, start: LaneStart) -> None:
+        from exporters.iceberg.worker import LaneWorker  # noqa: PLC0415  (in-process by choice)
+
+        self._lane = LaneWorker(start)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"kip714-lake-l{start.lane_id}")
         self._pending: set[asyncio.Future[Any]] = set()
 
     async def start(self) -> None:
@@ -73,28 +97,30 @@ class ThreadLane:
     def in_flight(self) -> int:
         return len(self._pending)
 
-    def _submit(self, call: Any, *args: Any) -> asyncio.Future[Any]:
+    def _submit(self, call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         return future
 
+    def open(self) -> asyncio.Future[Any]:
+        return self._submit(lambda: ("opened", self._lane.open()))
+
+    def configure(self, locations: Mapping[str, str], by_kind: bool) -> asyncio.Future[Any]:
+        return self._submit(self._lane.configure, locations, by_kind)
+
     def batch(
         self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
     ) -> asyncio.Future[Any]:
-        return self._submit(self._batch, list(pushes), metrics_from, pushes_from)
-
-    def _batch(
-        self, pushes: list[LoggedPush], metrics_from: int, pushes_from: int | None
-    ) -> tuple[str, Any]:
-        return ("done", self._rows.batch(pushes, metrics_from, pushes_from))
+        pushes = list(pushes)
+        return self._submit(lambda: ("done", self._lane.batch(pushes, metrics_from, pushes_from)))
 
     def write(self, first: int, last: int) -> asyncio.Future[Any]:
-        return self._submit(self._write, first, last)
+        return self._submit(lambda: ("written", *self._lane.write(first, last)))
 
-    def _write(self, first: int, last: int) -> tuple[Any, ...]:
-        return ("written", *self._rows.write(first, last))
+    def commit(self, table: str, files: list[str], first: int, last: int) -> asyncio.Future[Any]:
+        return self._submit(lambda: ("committed", self._lane.commit(table, files, first, last)))
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._executor.shutdown, wait=True)
-        self._rows.discard()
+        self._lane.discard()

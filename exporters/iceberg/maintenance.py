@@ -30,11 +30,9 @@ and are retried on the next pass.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
-import time
-from dataclasses import dataclass
+import traceback
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow.compute as pc
@@ -44,22 +42,21 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, Valida
 from exporters.iceberg import commits
 from exporters.iceberg.lake import open_catalog
 from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
+from exporters.iceberg.settings import MaintenanceSettings, MaintenanceStats
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
     from exporters.iceberg.lake import LakeLocation
 
 __all__ = [
-    "Maintenance",
     "MaintenanceSettings",
     "MaintenanceStats",
     "compact",
     "compact_hour",
     "expire_snapshots",
+    "maintenance_pass",
     "remove_orphan_files",
     "retain",
 ]
@@ -69,67 +66,6 @@ _log = logging.getLogger(__name__)
 US_PER_HOUR: Final = 3_600_000_000
 MS_PER_HOUR: Final = 3_600_000
 COMPACTION: Final = "kip714.compaction-hour"
-_KEYS: Final = (
-    "compact_after_hours",
-    "expire_snapshots_after_hours",
-    "retention_hours",
-    "orphan_files_after_hours",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class MaintenanceSettings:
-    """The ``[lake]`` schedule: each step is off (``None``) or a number of hours."""
-
-    compact_after_hours: int | None = None
-    expire_snapshots_after_hours: int | None = None
-    retention_hours: int | None = None
-    orphan_files_after_hours: int | None = None
-    interval_s: float = 600.0
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> MaintenanceSettings:
-        """Read the four ``*_hours`` keys and ``maintenance_interval_s``.
-
-        Raises:
-            ValueError: A value that is not a whole number of hours >= 1
-                (>= 0 for compaction: an hour is closed once it ended).
-        """
-        values: dict[str, int | None] = {}
-        for key in _KEYS:
-            value = options.get(key)
-            low = 0 if key == "compact_after_hours" else 1
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < low
-            ):
-                raise ValueError(
-                    f"option {key!r} must be a whole number of hours >= {low}: {value!r}"
-                )
-            values[key] = value
-        interval = options.get("maintenance_interval_s", 600.0)
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
-            raise ValueError(
-                f"option 'maintenance_interval_s' must be a positive number: {interval!r}"
-            )
-        return cls(**values, interval_s=float(interval))
-
-    @property
-    def enabled(self) -> bool:
-        return any(getattr(self, key) is not None for key in _KEYS)
-
-
-@dataclass(slots=True)
-class MaintenanceStats:
-    """What maintenance did since start, for ``/metrics``."""
-
-    passes: int = 0
-    hours_compacted: int = 0
-    files_compacted: int = 0
-    snapshots_expired: int = 0
-    hours_deleted: int = 0
-    orphan_files_deleted: int = 0
-    conflicts: int = 0
-    failures: int = 0
 
 
 def _iso(hour: int) -> str:
@@ -320,33 +256,18 @@ def run_pass(
     stats.passes += 1
 
 
-class Maintenance:
-    """Runs ``run_pass`` at start and every ``interval_s``; a failed pass is logged and retried."""
+def maintenance_pass(
+    location: LakeLocation, settings: MaintenanceSettings, now_ms: int
+) -> tuple[MaintenanceStats, str | None]:
+    """One pass and what it did, even when it failed half-way (then with the traceback).
 
-    def __init__(self, location: LakeLocation, settings: MaintenanceSettings) -> None:
-        self.location = location
-        self.settings = settings
-        self.stats = MaintenanceStats()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="iceberg-maintenance")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(
-                    run_pass, self.location, self.settings, self.stats, int(time.time() * 1000)
-                )
-            except Exception:
-                self.stats.failures += 1
-                _log.exception(
-                    "lake maintenance pass failed; retried in %.0f s", self.settings.interval_s
-                )
-            await asyncio.sleep(self.settings.interval_s)
+    What ``maintenance_schedule.Maintenance`` runs in a worker process: a
+    failure is returned as text, since pickling pyiceberg's exception would
+    import pyiceberg in the serving process.
+    """
+    stats = MaintenanceStats()
+    try:
+        run_pass(location, settings, stats, now_ms)
+    except Exception:
+        return stats, traceback.format_exc(limit=8)
+    return stats, None

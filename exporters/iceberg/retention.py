@@ -3,7 +3,7 @@
 The server prunes the Spark rollups with it (``[rollups] retention_hours``):
 the Hive-partitioned rollups under ``<data_dir>/rollups/`` directly, and the
 lake's Iceberg rollup tables through ``PeriodicRetention`` (the schedule; the
-deletion is an Iceberg operation, ``telemetry.server.lake_rollups``). It lives
+deletion is an Iceberg operation, ``telemetry.server.lake_rollup_pass``). It lives
 beside the lake's maintenance because ``telemetry`` may import ``exporters``
 and not the other way round. Standard library only.
 

@@ -6,7 +6,16 @@ Requests are pickled and written by a one-thread executor (so a full pipe
 never blocks the loop, and requests keep their order); a reader thread per
 worker receives the replies, which come back in request order, and resolves
 the oldest pending future. A worker that dies fails every pending and later
-request with ``WorkerFailedError``.
+request with ``WorkerFailedError``. ``call_in_process`` runs one call in a
+fresh process and waits for it (the lake's periodic maintenance).
+
+A worker's log records come back over its pipe (``("log", record)``, between
+replies) and are handled by the server's logging, at the level the server's
+root logger had when the worker started: a commit's warning or a
+maintenance pass's INFO lines read as if the server had written them.
+
+This module imports neither pyarrow nor pyiceberg: the serving process
+imports it, and those belong to the workers (docs/architecture.md "Processes").
 """
 
 from __future__ import annotations
@@ -14,21 +23,25 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
+import importlib
+import logging
+import logging.handlers
 import multiprocessing
+import os
 import signal
+import sys
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from multiprocessing.connection import Connection
     from multiprocessing.context import SpawnProcess
 
-__all__ = ["WorkerFailedError", "WorkerHandle", "serve_requests"]
+__all__ = ["WorkerFailedError", "WorkerHandle", "call_in_process", "serve_requests"]
 
 
 class WorkerFailedError(Exception):
@@ -56,8 +69,8 @@ class WorkerHandle:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self.process: SpawnProcess = context.Process(
-            target=target,
-            args=(child, config),
+            target=_worker_entry,
+            args=(target, child, config, logging.getLogger().getEffectiveLevel(), os.getpid()),
             name=f"{name}-w{index}",
             daemon=True,
         )
@@ -112,6 +125,9 @@ class WorkerHandle:
                 code = self.process.exitcode
                 self._fail(f"{self.process.name} exited (code {code})")
                 return
+            if reply[0] == "log":
+                _handle(reply[1])
+                continue
             if reply[0] == "error":
                 self._resolve_next(error=f"{self.process.name} failed:\n{reply[1]}")
             else:
@@ -193,6 +209,8 @@ def serve_requests(
     # The server handles SIGINT/SIGTERM and tells us when to stop; a Ctrl-C
     # sent to the whole process group must not kill us before the final write.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import pyarrow as pa  # noqa: PLC0415  (a worker's import, never the server's)
+
     # The system allocator hands freed batches back to the OS; mimalloc kept
     # about 40 MiB more resident here, for no measurable speed difference.
     pa.set_memory_pool(pa.system_memory_pool())
@@ -206,7 +224,7 @@ def serve_requests(
             kind = message[0]
             if kind == "stop":
                 cleanup()
-                conn.send(("stopped",))
+                _send(conn, ("stopped",))
                 return
             try:
                 if poisoned is not None:
@@ -218,7 +236,142 @@ def serve_requests(
                 poisoned = poisoned or traceback.format_exc(limit=8)
                 poison(poisoned)
                 reply = ("error", poisoned)
-            conn.send(reply)
+            _send(conn, reply)
     finally:
         cleanup()
+        logging.getLogger().handlers.clear()
         conn.close()
+
+
+def call_in_process(target: str, *args: Any, name: str, timeout_s: float = 10.0) -> Any:
+    """``module:function(*args)`` run in a fresh spawned process; its result (blocking).
+
+    For work that needs what the serving process must not load (pyiceberg
+    for the lake's maintenance, every ``interval_s``): the process exits
+    after the call, so what it loaded stays resident only meanwhile. The
+    call is named by string because pickling a function imports its module
+    here. ``args`` and the result must pickle without such imports too.
+    The call runs to its end (a thread waiting here cannot be interrupted,
+    and the work commits as it goes); ``timeout_s`` bounds only the exit.
+
+    Raises:
+        WorkerFailedError: The call raised (its traceback), or the process died.
+    """
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    level = logging.getLogger().getEffectiveLevel()
+    process = context.Process(
+        target=_call_main, args=(sender, target, args, level, os.getpid()), name=name, daemon=True
+    )
+    process.start()
+    sender.close()  # only the child holds it, so its death is EOF here
+    try:
+        try:
+            reply = receiver.recv()
+            while reply[0] == "log":
+                _handle(reply[1])
+                reply = receiver.recv()
+        except EOFError:
+            process.join(timeout_s)
+            raise WorkerFailedError(f"{name} exited (code {process.exitcode})") from None
+    finally:
+        receiver.close()
+        process.join(timeout_s)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        process.close()
+    if reply[0] == "error":
+        raise WorkerFailedError(f"{name} failed:\n{reply[1]}")
+    return reply[1]
+
+
+def _call_main(
+    conn: Connection, target: str, args: tuple[Any, ...], level: int, parent: int
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server tells its children when to stop
+    _die_with(parent)
+    _forward_logs(conn, level)
+    try:
+        module, _, function = target.partition(":")
+        result = getattr(importlib.import_module(module), function)(*args)
+        reply: tuple[Any, ...] = ("done", result)
+    except Exception:
+        reply = ("error", traceback.format_exc(limit=8))
+    try:
+        _send(conn, reply)
+    finally:
+        logging.getLogger().handlers.clear()
+        conn.close()
+
+
+#: A worker's pipe carries its replies and its log records (sent from any of its threads).
+_send_lock = threading.Lock()
+
+
+def _send(conn: Connection, message: tuple[Any, ...]) -> None:
+    with _send_lock:
+        conn.send(message)
+
+
+class _PipeLogHandler(logging.handlers.QueueHandler):
+    """Ships a worker's records, formatted (``QueueHandler.prepare``), to the server's logging."""
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(None)  # type: ignore[arg-type]  # enqueue sends; no queue
+        self._conn = conn
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(OSError, ValueError):  # the server is gone: nobody to tell
+            _send(self._conn, ("log", record))
+
+
+def _forward_logs(conn: Connection, level: int) -> None:
+    root = logging.getLogger()
+    root.handlers[:] = [_PipeLogHandler(conn)]
+    root.setLevel(level)
+
+
+def _handle(record: logging.LogRecord) -> None:
+    """A worker's record, handled by the server's logger of the same name (its level applies)."""
+    logger = logging.getLogger(record.name)
+    if logger.isEnabledFor(record.levelno):
+        logger.handle(record)
+
+
+def _worker_entry(
+    target: Callable[[Connection, Any], None],
+    conn: Connection,
+    config: Any,
+    level: int,
+    parent: int,
+) -> None:
+    """A worker process's first call: it dies with the server, its logs go there; ``target``."""
+    _die_with(parent)
+    _forward_logs(conn, level)
+    target(conn, config)
+
+
+#: ``prctl(PR_SET_PDEATHSIG, …)``: Linux's signal to a process when its parent dies.
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with(parent: int) -> None:
+    """Be killed the moment the server process dies (Linux), rather than at the next request.
+
+    A worker that outlived a SIGKILLed server could still run a commit it had
+    been sent, while the restarted server reads the table to find where it
+    stands: that commit would land after the position was read, and its
+    pushes again with the replay. Elsewhere a worker exits at the next
+    request it cannot read (EOF), as before. (The kernel signals when the
+    *thread* that started the worker ends: a landing's lanes are started
+    from the event loop's default pool, whose threads live until the loop
+    closes, after the landing has stopped them; a pass's thread waits for it.)
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the server died before the call above
+        os._exit(1)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporters.iceberg.lake import lake_location
+from exporters.iceberg.settings import lake_location
 from exporters.registry import RETIRED
 from health_rules import RulesError, load_rules
 from telemetry import toml_checks as toml

@@ -25,133 +25,66 @@ as for the Parquet rollups: only the pass differs.
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from pyiceberg.exceptions import NoSuchTableError
-
-from exporters.iceberg.lake import LakeLocation, lake_location, open_catalog
-from exporters.iceberg.maintenance import MaintenanceSettings, expire_snapshots, remove_orphan_files
-from exporters.iceberg.retention import HOUR_MS, DeletedPartition, HourPartition, PeriodicRetention
-from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
-from spark_jobs.lake import LANDING_SNAPSHOT_PROPERTY
+from exporters.iceberg.retention import PeriodicRetention
+from exporters.iceberg.settings import LakeLocation, MaintenanceSettings, lake_location
+from exporters.landing.pool import call_in_process
 from telemetry.server.lake_settings import LAKE_EXPORTER_TYPE
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table
-
+    from exporters.iceberg.retention import DeletedPartition
     from telemetry.server.config import Settings
 
-__all__ = [
-    "DATASET",
-    "delete_expired_windows",
-    "lake_retention",
-    "lake_rollup_retention",
-    "rollup_tables",
-    "run_pass",
-]
-
-_log = logging.getLogger(__name__)
+__all__ = ["DATASET", "PASS_TARGET", "lake_retention", "lake_rollup_retention"]
 
 DATASET: Final = "lake_rollups"
 """The ``dataset`` label of this retention's counters on ``/metrics``."""
+#: The pass, named (pickling the function would import pyiceberg here).
+PASS_TARGET: Final = "telemetry.server.lake_rollup_pass:run_pass"
 
 
-def _recorded(table: Table) -> str | None:
-    snapshot = table.current_snapshot()
-    if snapshot is None or snapshot.summary is None:
-        return None
-    return snapshot.summary.additional_properties.get(LANDING_SNAPSHOT_PROPERTY)
-
-
-def rollup_tables(catalog: Catalog, namespace: str) -> list[Table]:
-    """The namespace's tables the rollup job wrote (their commits record a landing snapshot)."""
-    found = []
-    for identifier in catalog.list_tables(namespace):
-        if identifier[-1] in (METRICS_TABLE, PUSHES_TABLE):
-            continue
-        try:
-            table = catalog.load_table(identifier)
-        except NoSuchTableError:  # dropped meanwhile
-            continue
-        fields = {f.name for f in table.schema().fields}
-        if _recorded(table) is not None and "window_start" in fields:
-            found.append(table)
-    return found
-
-
-def _hour(hour: int) -> HourPartition:
-    start = time.gmtime(hour * 3600)
-    return HourPartition(hour * HOUR_MS, time.strftime("%Y-%m-%d", start), f"{start.tm_hour:02d}")
-
-
-def delete_expired_windows(
-    table: Table, retention_hours: int, now_ms: int
-) -> list[DeletedPartition]:
-    """Delete every window that ended ``retention_hours`` or more ago (hour-aligned).
-
-    One commit, only if there is something to delete; returns the hour
-    partitions (of ``hours(window_start)``) it emptied. ``window_end``
-    decides where the table has it, so a ``1d`` window goes only once all of
-    it is old; a table without it (none today) is filtered on ``window_start``.
-    """
-    cutoff_hour = (now_ms - retention_hours * HOUR_MS) // HOUR_MS
-    cutoff = time.strftime("%Y-%m-%dT%H:00:00+00:00", time.gmtime(cutoff_hour * 3600))
-    if "window_end" in {f.name for f in table.schema().fields}:
-        row_filter = f"window_end <= '{cutoff}'"
-    else:
-        row_filter = f"window_start < '{cutoff}'"
-    sizes: dict[int, int] = {}
-    for task in table.scan(row_filter=row_filter).plan_files():
-        value: Any = task.file.partition[0] if len(task.file.partition) else None
-        hour = value if isinstance(value, int) else cutoff_hour - 1
-        sizes[hour] = sizes.get(hour, 0) + task.file.file_size_in_bytes
-    if not sizes:
-        return []
-    recorded = _recorded(table)
-    properties = {} if recorded is None else {LANDING_SNAPSHOT_PROPERTY: recorded}
-    table.delete(delete_filter=row_filter, snapshot_properties=properties)
-    name = ".".join(table.name())
-    _log.info(
-        "retention deleted %d hour(s) (%d bytes) of lake table %s: older than %d h",
-        len(sizes),
-        sum(sizes.values()),
-        name,
-        retention_hours,
-    )
-    return [DeletedPartition(Path(name), _hour(h), size) for h, size in sorted(sizes.items())]
-
-
-def run_pass(
+def _pass_in_process(
     location: LakeLocation, retention_hours: int, maintenance: MaintenanceSettings, now_ms: int
 ) -> list[DeletedPartition]:
-    """One pass over every rollup table of the lake (blocking)."""
-    catalog = open_catalog(location)
-    deleted = []
-    for table in rollup_tables(catalog, location.namespace):
-        deleted += delete_expired_windows(table, retention_hours, now_ms)
-        if maintenance.expire_snapshots_after_hours is not None:
-            expire_snapshots(table.refresh(), maintenance.expire_snapshots_after_hours, now_ms)
-        if maintenance.orphan_files_after_hours is not None:
-            remove_orphan_files(table.refresh(), maintenance.orphan_files_after_hours, now_ms)
+    deleted: list[DeletedPartition] = call_in_process(
+        PASS_TARGET, location, retention_hours, maintenance, now_ms, name="kip714-lake-retention"
+    )
     return deleted
 
 
+def _pass_here(
+    location: LakeLocation, retention_hours: int, maintenance: MaintenanceSettings, now_ms: int
+) -> list[DeletedPartition]:
+    from telemetry.server.lake_rollup_pass import run_pass  # noqa: PLC0415  (workers = 0)
+
+    return run_pass(location, retention_hours, maintenance, now_ms)
+
+
 def lake_retention(
-    location: LakeLocation, retention_hours: int, maintenance: MaintenanceSettings, **kwargs: Any
+    location: LakeLocation,
+    retention_hours: int,
+    maintenance: MaintenanceSettings,
+    *,
+    in_process: bool = False,
+    **kwargs: Any,
 ) -> PeriodicRetention:
-    """The background task (``kwargs``: ``PeriodicRetention``'s interval, retry and clock)."""
-    prune_pass = functools.partial(run_pass, location, retention_hours, maintenance)
+    """The background task (``kwargs``: ``PeriodicRetention``'s interval, retry and clock).
+
+    Each pass runs in a process of its own, or on a thread here with ``in_process``.
+    """
+    run = _pass_here if in_process else _pass_in_process
+    prune_pass = functools.partial(run, location, retention_hours, maintenance)
     return PeriodicRetention(DATASET, list, retention_hours, prune_pass=prune_pass, **kwargs)
 
 
 def lake_rollup_retention(settings: Settings) -> PeriodicRetention | None:
     """``[rollups] retention_hours`` on the lake the ``iceberg`` landing names.
 
-    None without retention or without an Iceberg landing (no lake, no rollup tables).
+    None without retention or without an Iceberg landing (no lake, no rollup
+    tables). Its passes run where the landing's catalog work does: in a
+    process, or on a thread with the landing's ``workers = 0``.
     """
     hours = settings.rollups_retention_hours
     landing = next((e for e in settings.exporters if e.type == LAKE_EXPORTER_TYPE), None)
@@ -159,4 +92,9 @@ def lake_rollup_retention(settings: Settings) -> PeriodicRetention | None:
         return None
     path = landing.options.get("path")
     location = lake_location(landing.options, None if path is None else Path(path))
-    return lake_retention(location, hours, MaintenanceSettings.from_options(landing.options))
+    return lake_retention(
+        location,
+        hours,
+        MaintenanceSettings.from_options(landing.options),
+        in_process=landing.options.get("workers") == 0,
+    )

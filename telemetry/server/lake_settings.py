@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from exporters.iceberg.lake import S3_KEYS, lake_location
-from exporters.iceberg.maintenance import MaintenanceSettings
+from exporters.iceberg.settings import S3_KEYS, MaintenanceSettings, lake_location
 from telemetry.errors import ConfigError
 
 if TYPE_CHECKING:

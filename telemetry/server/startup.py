@@ -15,7 +15,7 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporters.iceberg.lake import lake_location
+from exporters.iceberg.settings import lake_location
 from telemetry.admin.authorizer import is_loopback
 from telemetry.security.tls import server_context
 from telemetry.server.data_dir_lock import LOCK_FILE

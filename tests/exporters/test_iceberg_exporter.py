@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -235,6 +236,64 @@ def test_a_dead_worker_costs_its_generation_and_the_replay_lands_everything_once
     per_push = crashed.stats.rows_landed // 12
     assert sorted(set(offsets)) == list(range(12))
     assert len(offsets) == 12 * per_push
+
+
+def test_a_worker_killed_during_its_commit_is_resolved_by_the_table(tmp_path: Path) -> None:
+    """The commit runs in the first lane: its death leaves the outcome unknown, the table decides.
+
+    The catalog is held locked (another SQLite connection), so the lane's
+    commit waits inside the catalog when the lane is killed.
+    """
+    data = PRODUCER_PUSH.read_bytes()
+
+    async def crash() -> IcebergExporter:
+        exporter = IcebergExporter({"path": str(tmp_path), "max_file_age_s": 60, "workers": 1})
+        exporter.bind_log("log-1")
+        await exporter.start()
+        try:
+            await exporter.export([push(data, offset=i) for i in range(5)])
+            await exporter.flush()
+            await exporter.export([push(data, offset=i) for i in range(5, 10)])
+            lane = exporter._lanes[0]
+            assert isinstance(lane, ProcessLane)
+            lock = sqlite3.connect(tmp_path / "lake" / "catalog.db", isolation_level=None)
+            try:
+                lock.execute("BEGIN EXCLUSIVE")
+                written = exporter.stats.files_written
+                flush = asyncio.ensure_future(exporter.flush())
+                for _ in range(600):  # the files are written: the commit request is next
+                    if exporter.stats.files_written > written or flush.done():
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.5)
+                lane._handle.process.kill()
+                with pytest.raises(TransientExportError):
+                    await flush
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+            assert exporter.stats.commits == 1  # only the first generation is known committed
+            assert exporter.durable_offset() == 5
+            assert exporter.take_replay() == 5
+            for _ in range(200):  # the host's replay, refused until the backoff has passed
+                try:
+                    await exporter.export([push(data, offset=i) for i in range(5, 12)])
+                    break
+                except TransientExportError:
+                    await asyncio.sleep(0.05)
+            await exporter.flush()
+            assert exporter.failing is None
+            assert exporter.durable_offset() == 12
+        finally:
+            await exporter.close()
+        return exporter
+
+    crashed = asyncio.run(crash())
+    assert crashed.stats.failure_streaks == 1
+    offsets = scan(crashed).column("push_offset").to_pylist()
+    per_push = crashed.stats.rows_landed // 12
+    assert sorted(set(offsets)) == list(range(12))
+    assert len(offsets) == 12 * per_push  # each push once
 
 
 def test_the_server_runs_maintenance_on_its_schedule(tmp_path: Path) -> None:

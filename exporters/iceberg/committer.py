@@ -1,0 +1,80 @@
+"""The landing's catalog side, run by its first lane: open the tables, read the position, commit.
+
+It runs where pyiceberg may be loaded: in the first landing worker process
+(``worker.py``) or, with ``workers = 0``, on that lane's thread. The serving
+process only sends it requests (``lanes.py``) and keeps the exactly-once
+bookkeeping (``exporter.py``): what it learns crosses the pipe as
+``lane_messages`` dataclasses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exporters.iceberg import commits
+from exporters.iceberg.import_parquet import parquet_landing_position
+from exporters.iceberg.lake import open_catalog, open_table, split_by_kind
+from exporters.iceberg.lane_messages import CommitOutcome, Committed, Opened
+from exporters.iceberg.rows import COALESCE_BYTES, COALESCE_PUSHES
+from exporters.iceberg.schema import METRICS_TABLE
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from exporters.iceberg.lane_messages import LakeSetup
+
+__all__ = ["LakeTables"]
+
+
+class LakeTables:
+    """The landing's tables as one lane holds them between commits."""
+
+    def __init__(self, setup: LakeSetup) -> None:
+        self.setup = setup
+        self._tables: dict[str, Table] = {}
+
+    def open(self) -> Opened:
+        """Open (or create, or evolve) the tables and read this node's newest commit in each."""
+        setup = self.setup
+        catalog = open_catalog(setup.location)
+        floor = 0
+        if setup.data_dir is not None and setup.log_id is not None:
+            floor = parquet_landing_position(Path(setup.data_dir), setup.log_id)
+        positions: dict[str, Committed | None] = {}
+        for name in setup.tables:
+            table = self._tables[name] = open_table(catalog, setup.location.namespace, name)
+            position = commits.committed_position(table, setup.node_id)
+            positions[name] = (
+                None if position is None else Committed(position.log_id, position.offset_end)
+            )
+        return Opened(
+            positions,
+            floor,
+            {name: table.location() for name, table in self._tables.items()},
+            split_by_kind(self._tables[METRICS_TABLE]),
+            COALESCE_PUSHES,
+            COALESCE_BYTES,
+        )
+
+    def commit(self, name: str, files: list[str], first: int, last: int) -> CommitOutcome:
+        """Append ``files`` to table ``name`` in one snapshot naming offsets ``first..last``.
+
+        A failure is an outcome, not an exception: the exporter decides (it
+        abandons the generation and reads the position again before a retry).
+        """
+        properties = {
+            commits.NODE_ID: self.setup.node_id,
+            commits.OFFSET_START: str(first),
+            commits.OFFSET_END: str(last),
+        }
+        if self.setup.log_id:
+            properties[commits.LOG_ID] = self.setup.log_id
+        conflicts: list[int] = []
+        try:
+            self._tables[name] = commits.commit_files(
+                self._tables[name], files, properties, conflicts
+            )
+        except Exception as error:
+            return CommitOutcome(len(conflicts), repr(error))
+        return CommitOutcome(len(conflicts))
