@@ -13,6 +13,8 @@ its requests in order.
 from __future__ import annotations
 
 import contextlib
+import cProfile
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -58,6 +60,9 @@ ROW_GROUP_ROWS: Final = 131_072
 #: requests/s) cost twice the per-point work; gathered, the fixed part is noise.
 COALESCE_PUSHES: Final = 512
 COALESCE_BYTES: Final = 4 * 1024 * 1024
+#: A directory in this environment variable turns on a CPU profile of the lane
+#: (``benchmarks/ingest_bench.py --profile`` sets it for the server it starts).
+PROFILE_ENV: Final = "KIP714_LANDING_PROFILE"
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
 
 
@@ -198,6 +203,27 @@ def skip_oversized(
     return kept
 
 
+class LaneProfile:
+    """cProfile of a lane's work on the process's CPU clock, written out after every ``write``.
+
+    Why in the lane: its work runs in a worker process that the server
+    spawns, where no outside profiler needs to attach. The stats accumulate
+    over the process's life in ``<dir>/landing-lane-<pid>.pstats``.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, f"landing-lane-{os.getpid()}.pstats")
+        self.profiler = cProfile.Profile(time.process_time_ns, 1e-9)
+
+    @classmethod
+    def from_environment(cls) -> LaneProfile | None:
+        directory = os.environ.get(PROFILE_ENV)
+        return cls(directory) if directory else None
+
+    def dump(self) -> None:
+        self.profiler.dump_stats(self.path)
+
+
 @dataclass(slots=True)
 class LakeRows:
     """One lane's rows of the current generation, streamed into open data files.
@@ -220,6 +246,7 @@ class LakeRows:
     pending_raw: list[LoggedPush] = field(default_factory=list)
     pending_bytes: int = 0
     _io: FileIO | None = None
+    profile: LaneProfile | None = field(default_factory=LaneProfile.from_environment)
 
     @property
     def io(self) -> FileIO:
@@ -237,6 +264,17 @@ class LakeRows:
         of payload are gathered, or by ``write``; the reply counts what was
         flattened now.
         """
+        if self.profile is None:
+            return self._batch(pushes, metrics_from, pushes_from)
+        self.profile.profiler.enable()
+        try:
+            return self._batch(pushes, metrics_from, pushes_from)
+        finally:
+            self.profile.profiler.disable()
+
+    def _batch(
+        self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
+    ) -> BatchReply:
         fresh = [p for p in pushes if p.offset >= metrics_from]
         self.pending.extend(fresh)
         self.pending_bytes += sum(len(p.payload) for p in fresh)
@@ -302,6 +340,16 @@ class LakeRows:
         Returns the files and what the final flattening did.
         """
         del first, last  # the commit's snapshot properties carry the offsets
+        if self.profile is None:
+            return self._write()
+        self.profile.profiler.enable()
+        try:
+            return self._write()
+        finally:
+            self.profile.profiler.disable()
+            self.profile.dump()
+
+    def _write(self) -> tuple[list[WrittenFile], BatchReply]:
         flushed = self.flush()
         files: list[WrittenFile] = []
         for key in sorted(self.files):
