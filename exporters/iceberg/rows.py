@@ -116,7 +116,9 @@ def write_pending(open_file: OpenFile) -> None:
     """Write the rows ``open_file`` buffers as one row group."""
     if not open_file.pending:
         return
-    rows = pa.concat_tables(open_file.pending)
+    # One dictionary per column and row group: Parquet's writer takes an Arrow
+    # dictionary as its own only while it stays the same within a column chunk.
+    rows = pa.concat_tables(open_file.pending).unify_dictionaries()
     open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
     open_file.rows += rows.num_rows
     open_file.pending.clear()
@@ -132,8 +134,15 @@ def landing_writer(
     ``min``, ``max``) and dictionaries for every other column except a raw
     ``payload``: byte-stream split and dictionaries exclude each other, and
     measured values rarely repeat while everything else does.
+
+    A schema with Arrow dictionaries (``lake_encoded_schema``, the lanes'
+    rows) is written without the Arrow schema in the file, so every reader
+    sees the plain strings they stand for. Every column keeps its statistics:
+    the commit reads a file's partition values (``metric_type``) and
+    Iceberg's column bounds from them.
     """
     split = [c for c in _FLOAT_COLUMNS if c in schema.names]
+    encoded = any(pa.types.is_dictionary(f.type) for f in schema)
     return pq.ParquetWriter(
         where,
         schema,
@@ -141,6 +150,7 @@ def landing_writer(
         compression_level=compression_level,
         use_byte_stream_split=split or False,
         use_dictionary=[c for c in schema.names if c not in split and c != "payload"],
+        store_schema=not encoded,
     )
 
 
@@ -295,7 +305,7 @@ class LakeRows:
         if fresh:
             flat, flat_stats, unlandable = flatten_to_table(fresh)
             stats.merge(flat_stats)
-            table, reply.refused_counts = to_lake_rows(flat, self.config.node_id)
+            table, reply.refused_counts = to_lake_rows(flat, self.config.node_id, encoded=True)
             reply.unlandable = len(unlandable)
             reply.rows = table.num_rows
             self._append(METRICS_TABLE, table)

@@ -33,7 +33,10 @@ def flatten_to_table(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenSta
     """Flatten ``pushes`` (in order) into one table; returns (table, stats, unlandable offsets).
 
     The vectorised path (``fast.py``) takes the pushes it can; the reference
-    flattener takes the rest, and the rows are put back in log order.
+    flattener takes the rest, and the rows are put back in log order. The
+    columns are ``metrics_schema()``'s, those of ``schema.ENCODED_COLUMNS``
+    as dictionaries when the vectorised path ran (``schema.decoded`` makes
+    them plain; the values are the same).
     """
     try:
         fast = flatten_fast(pushes)
@@ -48,6 +51,7 @@ def flatten_to_table(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenSta
     if not left_out:
         return table, stats, []
     others, more, unlandable = reference_table([pushes[i] for i in left_out])
+    others = others.cast(table.schema)  # the fast path's dictionary columns
     stats.merge(more)
     # Offsets increase in log order and the sort is stable: each push's rows keep their order.
     merged = pa.concat_tables([table, others]).sort_by([("push_offset", "ascending")])
