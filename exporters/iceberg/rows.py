@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import operator
 import os
 import time
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ COALESCE_BYTES: Final = 4 * 1024 * 1024
 #: (``benchmarks/ingest_bench.py --profile`` sets it for the server it starts).
 PROFILE_ENV: Final = "KIP714_LANDING_PROFILE"
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
+_payload: Final = operator.attrgetter("payload")
+_offset: Final = operator.attrgetter("offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,9 @@ def skip_oversized(
     and only for payloads large enough to exceed the bound
     (``count_data_points``).
     """
+    # count_data_points walks only payloads of 2 * (max_points + 1) bytes or more.
+    if max(map(len, map(_payload, pushes)), default=0) < 2 * (max_points + 1):
+        return pushes
     kept = [push for push in pushes if count_data_points(push.payload, max_points) <= max_points]
     stats.oversized_pushes += len(pushes) - len(kept)
     return kept
@@ -285,9 +291,11 @@ class LakeRows:
     def _batch(
         self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
     ) -> BatchReply:
-        fresh = [p for p in pushes if p.offset >= metrics_from]
+        fresh: Sequence[LoggedPush] = pushes  # usually all are past the resume offset
+        if min(map(_offset, pushes), default=metrics_from) < metrics_from:
+            fresh = [p for p in pushes if p.offset >= metrics_from]
         self.pending.extend(fresh)
-        self.pending_bytes += sum(len(p.payload) for p in fresh)
+        self.pending_bytes += sum(map(len, map(_payload, fresh)))
         if pushes_from is not None:
             self.pending_raw.extend(p for p in pushes if p.offset >= pushes_from)
         gathered = len(self.pending) + len(self.pending_raw)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import operator
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -146,6 +147,10 @@ def _decoded_file(file: Any, pool: Any, added: set[str]) -> Any:
     return pool.FindFileByName(file.name)
 
 
+_PER_PUSH: Final = ("offset", "received_time_ms", *(name for name, _ in _CONTEXT))
+_per_push_fields: Final = operator.attrgetter(*_PER_PUSH)
+
+
 @functools.cache
 def _handler() -> Any:
     try:
@@ -218,10 +223,10 @@ def _odd_attributes(lists: Any) -> Any:
     odd = pc.unique(parents.filter(odd_value))
     lengths = pc.fill_null(pc.list_value_length(lists), 0)
     crowded = pc.greater(lengths, 1)
-    if pc.any(crowded).as_py():
+    if pc.any(crowded).as_py() and _repeats(pc.struct_field(items, "key"), parents, lengths):
         # Repeated keys (the last wins in otlp_rows) only matter with 2+ attributes.
         # A pair (parent, key) as one integer: a hash pass over integers finds
-        # whether any repeats (rarely) far cheaper than grouping by two columns.
+        # which lists repeat one far cheaper than grouping by two columns.
         keys = pc.struct_field(items, "key").dictionary_encode()
         pairs = pc.add(
             pc.multiply(parents.cast(pa.int64()), pa.scalar(len(keys.dictionary), pa.int64())),
@@ -233,6 +238,25 @@ def _odd_attributes(lists: Any) -> Any:
             repeated = counted.filter(pc.greater(counted["pair_count"], 1))["parent_min"]
             odd = pc.unique(pa.concat_arrays([odd, repeated.combine_chunks().cast(odd.type)]))
     return odd
+
+
+#: Up to this many attributes per list, repeated keys are looked for by comparing
+#: each key with the next few in its list (no hashing); longer lists are hashed.
+_SHORT_LISTS: Final = 8
+
+
+def _repeats(keys: Any, parents: Any, lengths: Any) -> bool:
+    """Whether some list holds a key twice (``keys`` flattened, ``parents`` their lists')."""
+    longest = pc.max(lengths).as_py() or 0
+    if longest > _SHORT_LISTS:
+        return True  # let the hash pass decide
+    count = len(keys)
+    for distance in range(1, longest):
+        same_list = pc.equal(parents.slice(0, count - distance), parents.slice(distance))
+        same_key = pc.equal(keys.slice(0, count - distance), keys.slice(distance))
+        if pc.any(pc.and_(same_list, same_key)).as_py():
+            return True
+    return False
 
 
 def flatten_fast(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenStats, list[int]] | None:
@@ -341,7 +365,11 @@ def _flatten(
     rows = len(point_metric)
     stats = FlattenStats(pushes=len(pushes) - len(left_out), data_points=rows)
 
-    received_ns = pa.array([p.received_time_ms * 1_000_000 for p in pushes], pa.uint64())
+    # Each push's context, read in one pass over the pushes (a column per field).
+    context = dict(zip(_PER_PUSH, zip(*map(_per_push_fields, pushes), strict=True), strict=True))
+    received_ns = pc.multiply(
+        pa.array(context["received_time_ms"], pa.uint64()), pa.scalar(1_000_000, pa.uint64())
+    )
     received_point = pc.take(received_ns, point_push)
     time_ns, start_ns = _times(point, received_point, stats)
     point_is_hist = pc.take(is_hist, point_metric)
@@ -367,10 +395,10 @@ def _flatten(
         "resource_attributes": _resource_maps(resource_attributes, point_rm),
         "scope_name": _per_row(_empty_to_null(pc.struct_field(scope, "name")), point_sm),
         "scope_version": _per_row(_empty_to_null(pc.struct_field(scope, "version")), point_sm),
-        "push_offset": pc.take(pa.array([p.offset for p in pushes], pa.int64()), point_push),
+        "push_offset": pc.take(pa.array(context["offset"], pa.int64()), point_push),
     }
     for name, kind in _CONTEXT:
-        per_push = pa.array([getattr(p, name) for p in pushes], kind)
+        per_push = pa.array(context[name], kind)
         if kind == pa.string():
             columns[name] = _per_row(per_push, point_push32)
         else:
@@ -559,8 +587,20 @@ def _histograms(point: dict[str, Any], is_hist: Any, stats: FlattenStats) -> dic
     schema = metrics_schema()
     if not pc.any(is_hist).as_py():
         return {name: pa.nulls(len(is_hist), schema.field(name).type) for name in _HISTOGRAM_FIELDS}
-    keep = pc.and_(is_hist, pc.invert(_flagged(point)))
+    flagged = _flagged(point)
     columns: dict[str, Any] = {}
+    if not pc.any(pc.and_(is_hist, flagged)).as_py():
+        # No histogram point flagged: every row keeps what it has (other kinds' rows
+        # have none of these fields, so theirs are null already).
+        for name in _HISTOGRAM_FIELDS:
+            column = point[name]
+            if name in {"sum", "min", "max"}:
+                column = _finite(column, stats)
+            elif name == "explicit_bounds":
+                column = _finite_lists(column, is_hist, stats)
+            columns[name] = column.cast(schema.field(name).type)
+        return columns
+    keep = pc.and_(is_hist, pc.invert(flagged))
     for name in _HISTOGRAM_FIELDS:
         column = point[name]
         if name in {"sum", "min", "max"}:
@@ -574,6 +614,8 @@ def _histograms(point: dict[str, Any], is_hist: Any, stats: FlattenStats) -> dic
 
 def _finite(values: Any, stats: FlattenStats) -> Any:
     """``values`` with NaN and ±inf as null, counted."""
+    if pc.all(pc.is_finite(values)).as_py() is not False:  # true, or null when all are null
+        return values
     nan = pc.fill_null(pc.is_nan(values), False)
     inf = pc.fill_null(pc.is_inf(values), False)
     stats.nan_values += _count(nan)

@@ -469,3 +469,32 @@ def test_bad_utf8_where_no_row_reads_it_is_refused_as_the_reference_refuses_it()
     assert stats == reference_stats
     assert unlandable == reference_unlandable
     assert table.num_rows == reference.num_rows == reference_table([push(SIMPLE)])[0].num_rows
+
+
+def test_repeated_keys_apart_or_in_long_lists_go_to_the_reference() -> None:
+    # Short lists are checked by comparing neighbours up to the list's length
+    # apart, long ones by hashing: a repeat is found either way.
+    def attributes(keys: str) -> list[KeyValue]:
+        return [kv(key, string_value=str(i)) for i, key in enumerate(keys)]
+
+    shapes = ["kxk", "abcdefgha", "abcdefghij", "ab", "abcdefghijk"]
+    data = payload(
+        Metric(
+            name="r",
+            gauge=Gauge(data_points=[point(as_int=1, attributes=attributes(k)) for k in shapes]),
+        )
+    )
+    clean = payload(
+        Metric(
+            name="c",
+            gauge=Gauge(data_points=[point(as_int=1, attributes=attributes("abcdefghijk"))]),
+        )
+    )
+    pushes = [push(data, offset=1), push(clean, offset=2), push(SIMPLE, offset=3)]
+    result = fast.flatten_fast(pushes)
+    assert result is not None
+    assert result[2] == [0]
+    table, stats, _ = flatten_to_table(pushes)
+    reference, reference_stats, _ = reference_table(pushes)
+    same(table, reference)
+    assert stats == reference_stats
