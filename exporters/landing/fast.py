@@ -34,7 +34,7 @@ from exporters.landing.schema import encoded_metrics_schema, metrics_schema, ns_
 from exporters.otlp_rows import COLUMNS, FlattenStats
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from exporters.api import LoggedPush
 
@@ -363,16 +363,14 @@ def _flatten(
         point = {name: column.filter(keep) for name, column in point.items()}
         point_metric, point_push = point_metric.filter(keep), point_push.filter(keep)
     rows = len(point_metric)
+    # Every metric kept, each with one point (librdkafka's shape): a row's metric is
+    # the row's own index, and taking per-metric columns per row copies nothing.
+    per_metric = _taker(None if rows == len(metric_push) and not left_out else point_metric)
     stats = FlattenStats(pushes=len(pushes) - len(left_out), data_points=rows)
 
-    # Each push's context, read in one pass over the pushes (a column per field).
-    context = dict(zip(_PER_PUSH, zip(*map(_per_push_fields, pushes), strict=True), strict=True))
-    received_ns = pc.multiply(
-        pa.array(context["received_time_ms"], pa.uint64()), pa.scalar(1_000_000, pa.uint64())
-    )
-    received_point = pc.take(received_ns, point_push)
-    time_ns, start_ns = _times(point, received_point, stats)
-    point_is_hist = pc.take(is_hist, point_metric)
+    per_push, received_ns = _per_push_columns(pushes, point_push)
+    time_ns, start_ns = _times(point, received_ns, point_push, stats)
+    point_is_hist = per_metric(is_hist)
     value = _values(point, point_is_hist, stats)
     histogram = _histograms(point, point_is_hist, stats)
 
@@ -380,29 +378,23 @@ def _flatten(
     # either taken (numbers) or referenced by a dictionary's indices (strings): a
     # push's 60 rows share one copy of its client's strings, which Parquet's
     # dictionary encoding then writes without hashing them row by row.
-    point_sm = pc.take(metric_sm, point_metric)
+    point_sm = per_metric(metric_sm)
     point_rm = pc.take(sm_rm, point_sm)
-    point_push32 = point_push.cast(pa.int32())
     scope = pc.struct_field(sm, "scope")
     columns: dict[str, Any] = {
         "time": ns_to_us(time_ns),
         "start_time": ns_to_us(start_ns),
-        "received_time": ns_to_us(received_point),
-        **_metric_columns(metric, point_metric),
+        **per_push,
+        **_metric_columns(metric, per_metric),
         "value": value,
         **histogram,
         "attributes": point["attributes"],
         "resource_attributes": _resource_maps(resource_attributes, point_rm),
-        "scope_name": _per_row(_empty_to_null(pc.struct_field(scope, "name")), point_sm),
-        "scope_version": _per_row(_empty_to_null(pc.struct_field(scope, "version")), point_sm),
-        "push_offset": pc.take(pa.array(context["offset"], pa.int64()), point_push),
+        "scope_name": _per_row(_empty_to_null(pc.struct_field(scope, "name")), _taker(point_sm)),
+        "scope_version": _per_row(
+            _empty_to_null(pc.struct_field(scope, "version")), _taker(point_sm)
+        ),
     }
-    for name, kind in _CONTEXT:
-        per_push = pa.array(context[name], kind)
-        if kind == pa.string():
-            columns[name] = _per_row(per_push, point_push32)
-        else:
-            columns[name] = pc.take(per_push, point_push)
     schema = encoded_metrics_schema()
     arrays = [
         columns[name] if name in columns else pa.nulls(rows, schema.field(name).type)
@@ -532,14 +524,16 @@ def _gather(lists: Sequence[Any], sizes: Sequence[int]) -> tuple[Any, Any]:
     return pc.add(pc.take(shift, point_metric), rank), point_metric
 
 
-def _times(point: dict[str, Any], received_ns: Any, stats: FlattenStats) -> tuple[Any, Any]:
+def _times(
+    point: dict[str, Any], received_ns: Any, point_push: Any, stats: FlattenStats
+) -> tuple[Any, Any]:
     """``time`` (unset: the push's receive time, counted) and ``start_time`` (unset: null)."""
     time_ns = point["time_unix_nano"]
     zero = pa.scalar(0, pa.uint64())  # a bare 0 is int64, and OTLP times can exceed it
     unset = pc.equal(time_ns, zero)
     stats.missing_times = pc.sum(unset.cast(pa.int64())).as_py() or 0
     if stats.missing_times:
-        time_ns = pc.if_else(unset, received_ns, time_ns)
+        time_ns = pc.if_else(unset, pc.take(received_ns, point_push), time_ns)
     start_ns = point["start_time_unix_nano"]
     start_ns = pc.if_else(pc.equal(start_ns, zero), pa.scalar(None, pa.uint64()), start_ns)
     return time_ns, start_ns
@@ -637,8 +631,30 @@ def _finite_lists(lists: Any, keep: Any, stats: FlattenStats) -> Any:
     return pa.ListArray.from_arrays(lists.offsets, clean, mask=pc.is_null(lists))
 
 
-def _metric_columns(metric: Any, point_metric: Any) -> dict[str, Any]:
-    """The columns each metric decides, per row (``point_metric``: each row's metric)."""
+def _per_push_columns(pushes: Sequence[LoggedPush], point_push: Any) -> tuple[dict[str, Any], Any]:
+    """The columns each push decides, per row, and each push's receive time in ns.
+
+    The pushes' fields are read in one pass (a column per field); strings
+    become dictionaries over the per-push values, times are converted per push.
+    """
+    context = dict(zip(_PER_PUSH, zip(*map(_per_push_fields, pushes), strict=True), strict=True))
+    received_ns = pc.multiply(
+        pa.array(context["received_time_ms"], pa.uint64()), pa.scalar(1_000_000, pa.uint64())
+    )
+    per_row = _taker(point_push)
+    columns: dict[str, Any] = {
+        "received_time": per_row(ns_to_us(received_ns)),
+        "push_offset": per_row(pa.array(context["offset"], pa.int64())),
+    }
+    as_indices = _taker(point_push.cast(pa.int32()))
+    for name, kind in _CONTEXT:
+        values = pa.array(context[name], kind)
+        columns[name] = _per_row(values, as_indices) if kind == pa.string() else per_row(values)
+    return columns, received_ns
+
+
+def _metric_columns(metric: Any, per_metric: Callable[[Any], Any]) -> dict[str, Any]:
+    """The columns each metric decides, per row (``per_metric``: a metric column per row)."""
     sums, hist = pc.struct_field(metric, "sum"), pc.struct_field(metric, "histogram")
     is_gauge = pc.is_valid(pc.struct_field(metric, "gauge"))
     is_sum, is_hist = pc.is_valid(sums), pc.is_valid(hist)
@@ -655,11 +671,11 @@ def _metric_columns(metric: Any, point_metric: Any) -> dict[str, Any]:
         is_sum, pc.struct_field(sums, "is_monotonic"), pa.scalar(None, pa.bool_())
     )
     return {
-        "metric_name": _per_row(pc.struct_field(metric, "name"), point_metric),
-        "metric_type": _coded(_metric_types(is_gauge, is_sum), point_metric, _METRIC_TYPES),
-        "temporality": _coded(_temporalities(is_gauge, codes), point_metric, _TEMPORALITIES),
-        "is_monotonic": pc.take(monotonic, point_metric),
-        "unit": _per_row(_empty_to_null(pc.struct_field(metric, "unit")), point_metric),
+        "metric_name": _per_row(pc.struct_field(metric, "name"), per_metric),
+        "metric_type": _coded(_metric_types(is_gauge, is_sum), per_metric, _METRIC_TYPES),
+        "temporality": _coded(_temporalities(is_gauge, codes), per_metric, _TEMPORALITIES),
+        "is_monotonic": per_metric(monotonic),
+        "unit": _per_row(_empty_to_null(pc.struct_field(metric, "unit")), per_metric),
     }
 
 
@@ -680,15 +696,22 @@ def _temporalities(is_gauge: Any, codes: Any) -> Any:
     return pc.if_else(pc.fill_null(known, False), codes.cast(pa.int32()), none)
 
 
-def _coded(codes: Any, rows: Any, names: pa.Array) -> pa.DictionaryArray:
-    """Per row, ``names[codes[rows]]``, as a dictionary column over ``names``."""
-    return pa.DictionaryArray.from_arrays(pc.take(codes, rows), names)
+def _taker(index: Any) -> Callable[[Any], Any]:
+    """``values`` → ``values[index]``; with no index, ``values`` themselves."""
+    if index is None:
+        return lambda values: values
+    return lambda values: pc.take(values, index)
 
 
-def _per_row(strings: Any, rows: Any) -> pa.DictionaryArray:
-    """``strings[rows]`` as a dictionary column: the strings are encoded once, not per row."""
+def _coded(codes: Any, per_row: Callable[[Any], Any], names: pa.Array) -> pa.DictionaryArray:
+    """Per row, ``names[per_row(codes)]``, as a dictionary column over ``names``."""
+    return pa.DictionaryArray.from_arrays(per_row(codes), names)
+
+
+def _per_row(strings: Any, per_row: Callable[[Any], Any]) -> pa.DictionaryArray:
+    """``per_row(strings)`` as a dictionary column: the strings are encoded once, not per row."""
     encoded = pc.dictionary_encode(strings)
-    return pa.DictionaryArray.from_arrays(pc.take(encoded.indices, rows), encoded.dictionary)
+    return pa.DictionaryArray.from_arrays(per_row(encoded.indices), encoded.dictionary)
 
 
 def _resource_maps(attributes: Any, point_rm: Any) -> Any:
