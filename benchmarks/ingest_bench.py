@@ -17,11 +17,13 @@ is the landing. Printed:
   pushes × 60, and bytes per data point on disk;
 * the landing's cost per data point: its worker processes' CPU seconds
   (psutil, from the window's start until the lag is drained) divided by the
-  data points landed in that span, in µs, beside the same work in this
-  process (``LakeRows.batch`` + ``write``: flatten, lake rows, Parquet) for
-  librdkafka-sized and SDK-sized pushes. ``--check`` compares the served
-  figure with ``budget.json``'s ``landing_us_per_point`` and exits 1 beyond
-  its tolerance.
+  data points landed in that span, in µs, and (when ``perf`` runs here)
+  the user-space instructions they executed per data point, which a busy
+  machine hardly moves; beside them the same work in this process
+  (``LakeRows.batch`` + ``write``: flatten, lake rows, Parquet) for
+  librdkafka-sized and SDK-sized pushes. ``--check`` runs at the rate and
+  duration of ``budget.json``'s ``landing_us_per_point`` and exits 1 when
+  either figure is beyond its tolerance (target: 1 µs per data point).
 
 ``--profile DIR`` has the landing's workers profile their lanes (cProfile on
 the process CPU clock, turned on by ``KIP714_LANDING_PROFILE=DIR`` in the
@@ -32,15 +34,16 @@ The server runs with ``max_file_age_s = 5``, the server's default
 (``--file-age``); earlier versions of this benchmark used 10.
 
 Targets: ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
-bounded lag, at least the single-process flatten limit, ≤ 15 bytes per data
-point. The load generator shares the 2 cores with the server; figures taken
-while other work runs on the machine are noisy, and the output says how busy
-the machine was.
+bounded lag, landed ≥ 95 % of acknowledged in the window, p99 of
+acknowledgements under 50 ms, at least the single-process flatten limit,
+≤ 15 bytes per data point, ≤ 1 µs of worker CPU per data point. The load
+generator shares the 2 cores with the server; figures taken while other work
+runs on the machine are noisy, and the output says how busy the machine was.
 
     python3 benchmarks/ingest_bench.py                 # about 1 minute
     python3 benchmarks/ingest_bench.py --quick         # smoke run
     python3 benchmarks/ingest_bench.py --rate 8000 --duration 20   # the issue's target
-    python3 benchmarks/ingest_bench.py --rate 8000 --duration 20 --check
+    python3 benchmarks/ingest_bench.py --check         # 8,000/s for 20 s, against budget.json
     python3 benchmarks/ingest_bench.py --profile /tmp/landing-profile
 """
 
@@ -334,18 +337,34 @@ def landing_budget() -> dict[str, Any]:
     return budget
 
 
-def check_budget(budget: dict[str, Any], us_per_point: float) -> int:
-    """Compare the served µs per data point with ``budget.json``; 1 beyond its tolerance."""
+def check_budget(budget: dict[str, Any], cost: WorkerCost) -> int:
+    """Compare the workers' cost per data point with ``budget.json``; 1 beyond a tolerance.
+
+    CPU time is the budget; the instructions (when perf counted them) are
+    checked too, with their own, tighter tolerance: on a shared machine they
+    move far less than CPU time does.
+    """
     recorded, tolerance = float(budget["us_per_point"]), float(budget["tolerance"])
-    moved = us_per_point / recorded - 1
-    verdict = "within" if moved <= tolerance else "OVER"
+    moved = cost.us_per_point / recorded - 1
+    over = not moved <= tolerance
     print(
-        f"budget: landing {us_per_point:.2f} µs per data point against {recorded:.2f} committed"
-        f" (at {budget['rate']:,} pushes/s offered, load {budget['load_average']}): {moved:+.1%},"
-        f" {verdict} the +{tolerance:.0%} tolerance",
+        f"budget: landing {cost.us_per_point:.2f} µs per data point against {recorded:.2f}"
+        f" committed (at {budget['rate']:,} pushes/s offered, load {budget['load_average']}):"
+        f" {moved:+.1%}, {'OVER' if over else 'within'} the +{tolerance:.0%} tolerance",
         flush=True,
     )
-    return 0 if moved <= tolerance else 1
+    if "instructions_per_point" in budget and cost.instructions == cost.instructions:
+        counted = float(budget["instructions_per_point"])
+        allowed = float(budget["instructions_tolerance"])
+        drift = cost.instructions_per_point / counted - 1
+        print(
+            f"budget: {cost.instructions_per_point:,.0f} instructions per data point against"
+            f" {counted:,.0f}: {drift:+.1%}, {'OVER' if drift > allowed else 'within'} the"
+            f" +{allowed:.0%} tolerance",
+            flush=True,
+        )
+        over = over or drift > allowed
+    return 1 if over else 0
 
 
 # -- the server under test ----------------------------------------------------------------------
@@ -743,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             print_profile(Path(args.profile).resolve(), cost.points)
     if args.check:
-        return check_budget(landing_budget(), cost.us_per_point)
+        return check_budget(landing_budget(), cost)
     return 0
 
 
