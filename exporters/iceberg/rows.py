@@ -190,13 +190,25 @@ def data_file_location(table_location: str, hour: int, name: str, kind: str | No
 def pieces_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     """``rows`` cut into one piece per ``metric_type``, in name order.
 
-    A push usually carries two or three kinds, so this is a few filters
-    over the batch; a batch of one kind is returned whole, uncopied.
+    Rows grouped by kind (``flatten_to_table(..., by_kind=True)``) are cut
+    into slices, uncopied; otherwise (a push usually carries two or three
+    kinds) each kind is filtered out of the batch. Either way each piece
+    keeps the rows' order.
     """
-    kinds = rows.column("metric_type")
+    kinds = rows.column("metric_type").combine_chunks()
+    encoded = pa.types.is_dictionary(kinds.type)
+    runs = pc.run_end_encode(kinds.indices if encoded else kinds)
+    values = runs.values.to_pylist()
+    if len(set(values)) == len(values):  # each kind in one run
+        names = kinds.dictionary.to_pylist() if encoded else values
+        ends = runs.run_ends.to_pylist()
+        starts = [0, *ends[:-1]]
+        pieces = [
+            (str(names[value] if encoded else value), rows.slice(start, end - start))
+            for value, start, end in zip(values, starts, ends, strict=True)
+        ]
+        return sorted(pieces, key=lambda piece: piece[0])
     present = sorted(pc.unique(kinds).to_pylist())
-    if len(present) == 1:
-        return [(present[0], rows)]
     return [(kind, rows.filter(pc.equal(kinds, kind))) for kind in present]
 
 
@@ -311,7 +323,7 @@ class LakeRows:
         raw, self.pending_raw = self.pending_raw, []
         fresh = skip_oversized(fresh, self.config.max_data_points_per_push, stats)
         if fresh:
-            flat, flat_stats, unlandable = flatten_to_table(fresh)
+            flat, flat_stats, unlandable = flatten_to_table(fresh, by_kind=self.config.by_kind)
             stats.merge(flat_stats)
             table, reply.refused_counts = to_lake_rows(flat, self.config.node_id, encoded=True)
             reply.unlandable = len(unlandable)

@@ -259,12 +259,16 @@ def _repeats(keys: Any, parents: Any, lengths: Any) -> bool:
     return False
 
 
-def flatten_fast(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenStats, list[int]] | None:
+def flatten_fast(
+    pushes: Sequence[LoggedPush], *, by_kind: bool = False
+) -> tuple[pa.Table, FlattenStats, list[int]] | None:
     """Rows of the pushes the vectorised path handles, and which pushes it left out.
 
     Returns ``None`` when it cannot run (ptars missing, or no push decodes);
     otherwise ``(table, stats, indices of left-out pushes)``, the table's rows
-    in log order and exactly ``otlp_rows``'s rows for the others. A push
+    in log order (with ``by_kind``, grouped by kind first: gauges, sums,
+    histograms, each kind's in log order) and exactly ``otlp_rows``'s rows
+    for the others. A push
     ptars cannot decode is left out alone, so garbage from one client does
     not send everybody's pushes down the slow path.
     """
@@ -274,12 +278,12 @@ def flatten_fast(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenStats, 
     try:
         batch = handler.list_to_record_batch([p.payload for p in pushes])
     except Exception:  # whatever ptars raises, the reference path decides
-        return _without_undecodable(handler, pushes)
-    return _flatten(pushes, batch)
+        return _without_undecodable(handler, pushes, by_kind=by_kind)
+    return _flatten(pushes, batch, by_kind=by_kind)
 
 
 def _without_undecodable(
-    handler: Any, pushes: Sequence[LoggedPush]
+    handler: Any, pushes: Sequence[LoggedPush], *, by_kind: bool
 ) -> tuple[pa.Table, FlattenStats, list[int]] | None:
     good: list[int] = []
     for index, push in enumerate(pushes):
@@ -293,13 +297,13 @@ def _without_undecodable(
         batch = handler.list_to_record_batch([p.payload for p in subset])
     except Exception:
         return None
-    table, stats, left_out = _flatten(subset, batch)
+    table, stats, left_out = _flatten(subset, batch, by_kind=by_kind)
     kept = set(good) - {good[i] for i in left_out}
     return table, stats, [i for i in range(len(pushes)) if i not in kept]
 
 
 def _flatten(
-    pushes: Sequence[LoggedPush], batch: pa.RecordBatch
+    pushes: Sequence[LoggedPush], batch: pa.RecordBatch, *, by_kind: bool = False
 ) -> tuple[pa.Table, FlattenStats, list[int]]:
     rm, rm_push = _children(batch.column("resource_metrics"))
     sm, sm_rm = _children(pc.struct_field(rm, "scope_metrics"))
@@ -335,7 +339,7 @@ def _flatten(
         pc.or_(pc.or_(other, pc.invert(known)), pc.equal(counts, 0)),
         pc.greater(kinds, pa.scalar(1, pa.int8())),
     )
-    point, point_metric = _points(gauge_points, sum_points, hist_points)
+    point, point_metric = _points(gauge_points, sum_points, hist_points, by_kind=by_kind)
     decoded_attributes = point.pop("decoded_attributes")
     decoded_metric = point.pop("decoded_metric")
     point_push = pc.take(metric_push, point_metric)
@@ -365,7 +369,8 @@ def _flatten(
     rows = len(point_metric)
     # Every metric kept, each with one point (librdkafka's shape): a row's metric is
     # the row's own index, and taking per-metric columns per row copies nothing.
-    per_metric = _taker(None if rows == len(metric_push) and not left_out else point_metric)
+    one_each = rows == len(metric_push) and not left_out and not by_kind
+    per_metric = _taker(None if one_each else point_metric)
     stats = FlattenStats(pushes=len(pushes) - len(left_out), data_points=rows)
 
     per_push, received_ns = _per_push_columns(pushes, point_push)
@@ -442,7 +447,9 @@ _POINT_FIELDS: Final = (
 )
 
 
-def _points(gauge_points: Any, sum_points: Any, hist_points: Any) -> tuple[dict[str, Any], Any]:
+def _points(
+    gauge_points: Any, sum_points: Any, hist_points: Any, *, by_kind: bool = False
+) -> tuple[dict[str, Any], Any]:
     """The data points' fields, in payload order, and each point's metric index.
 
     Gauge, sum and histogram points are flattened apart and gathered into
@@ -455,7 +462,9 @@ def _points(gauge_points: Any, sum_points: Any, hist_points: Any) -> tuple[dict[
     ``decoded_metric`` its points' metric indices (for ``_odd_attributes``).
     A field a kind of point lacks (a gauge's ``count``) is null. A metric's
     points are those of its first kind set (gauge, sum, histogram): one with
-    two is left to the reference flattener anyway.
+    two is left to the reference flattener anyway. With ``by_kind`` the points
+    stay grouped by kind (gauges, sums, histograms; each kind's in payload
+    order), as flattened: nothing is gathered.
     """
     lists = (gauge_points, sum_points, hist_points)
     sources = [_children(points) for points in lists]
@@ -479,9 +488,21 @@ def _points(gauge_points: Any, sum_points: Any, hist_points: Any) -> tuple[dict[
         fields["decoded_attributes"], fields["decoded_metric"] = fields["attributes"], parents
         fields["attributes"] = _map(fields["attributes"])
         return fields, parents
+    attributes = pa.concat_arrays([field(v, "attributes") for v, _ in sources])
+    if by_kind:
+        point_metric = pa.concat_arrays([p for _, p in sources])
+        fields = {
+            name: pa.concat_arrays([field(v, name) for v, _ in sources])
+            if any(v.type.get_field_index(name) >= 0 for v, _ in parts)
+            else pa.nulls(len(point_metric), types[name])
+            for name in _POINT_FIELDS
+            if name != "attributes"
+        }
+        fields["attributes"] = _map(attributes)
+        fields["decoded_attributes"], fields["decoded_metric"] = attributes, point_metric
+        return fields, point_metric
     gather, point_metric = _gather(lists, [len(values) for values, _ in sources])
     rows = len(point_metric)
-    attributes = pa.concat_arrays([field(v, "attributes") for v, _ in sources])
     # Only fields some part has are gathered: a push without histograms moves
     # no histogram column.
     fields = {

@@ -36,6 +36,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from exporters.api import LoggedPush
+from exporters.iceberg.rows import pieces_by_kind
 from exporters.landing import fast
 from exporters.landing.flatten import flatten_to_table, reference_table
 from exporters.landing.schema import decoded
@@ -498,3 +499,25 @@ def test_repeated_keys_apart_or_in_long_lists_go_to_the_reference() -> None:
     reference, reference_stats, _ = reference_table(pushes)
     same(table, reference)
     assert stats == reference_stats
+
+
+@pytest.mark.parametrize(
+    "payloads",
+    [
+        [PRODUCER_PUSH.read_bytes(), CONSUMER_PUSH.read_bytes()],
+        [HISTOGRAMS, SIMPLE, HISTOGRAM, HISTOGRAMS],
+        [SIMPLE, HISTOGRAM, BOOL_ATTRIBUTE, SIMPLE],  # one push left to the reference
+    ],
+    ids=["librdkafka", "histograms", "mixed"],
+)
+def test_rows_grouped_by_kind_are_the_reference_rows_of_each_kind(payloads: list[bytes]) -> None:
+    # For a writer with a file per kind: each kind's rows, in log order, whole.
+    pushes = [push(data, offset=100 + i) for i, data in enumerate(payloads)]
+    table, stats, _ = flatten_to_table(pushes, by_kind=True)
+    reference, reference_stats, _ = reference_table(pushes)
+    assert stats == reference_stats
+    pieces = pieces_by_kind(decoded(table))
+    expected = pieces_by_kind(reference)
+    assert [kind for kind, _ in pieces] == [kind for kind, _ in expected]
+    for (_, piece), (_, rows) in zip(pieces, expected, strict=True):
+        assert piece.to_pylist() == rows.to_pylist()
