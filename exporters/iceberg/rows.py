@@ -190,26 +190,34 @@ def data_file_location(table_location: str, hour: int, name: str, kind: str | No
 def pieces_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     """``rows`` cut into one piece per ``metric_type``, in name order.
 
-    Rows grouped by kind (``flatten_to_table(..., by_kind=True)``) are cut
-    into slices, uncopied; otherwise (a push usually carries two or three
-    kinds) each kind is filtered out of the batch. Either way each piece
-    keeps the rows' order.
+    Each kind is filtered out of the batch (a push usually carries two or
+    three kinds), each piece keeping the rows' order; a batch of one kind is
+    returned whole, uncopied. Rows grouped by kind
+    (``flatten_to_table(..., by_kind=True)``) give their largest kind as a
+    slice, uncopied: a slice holds on to the whole batch while its file
+    buffers it, so only the kind whose file fills first is sliced.
     """
     kinds = rows.column("metric_type").combine_chunks()
     encoded = pa.types.is_dictionary(kinds.type)
     runs = pc.run_end_encode(kinds.indices if encoded else kinds)
     values = runs.values.to_pylist()
+    names = kinds.dictionary.to_pylist() if encoded else values
+    present = sorted({str(names[v] if encoded else v) for v in values})
+    if len(present) == 1:
+        return [(present[0], rows)]
+    largest: tuple[str, int, int] | None = None
     if len(set(values)) == len(values):  # each kind in one run
-        names = kinds.dictionary.to_pylist() if encoded else values
         ends = runs.run_ends.to_pylist()
-        starts = [0, *ends[:-1]]
-        pieces = [
-            (str(names[value] if encoded else value), rows.slice(start, end - start))
-            for value, start, end in zip(values, starts, ends, strict=True)
-        ]
-        return sorted(pieces, key=lambda piece: piece[0])
-    present = sorted(pc.unique(kinds).to_pylist())
-    return [(kind, rows.filter(pc.equal(kinds, kind))) for kind in present]
+        spans = zip(values, [0, *ends[:-1]], ends, strict=True)
+        value, start, end = max(spans, key=lambda span: span[2] - span[1])
+        largest = (str(names[value] if encoded else value), start, end)
+    pieces = []
+    for kind in present:
+        if largest is not None and kind == largest[0]:
+            pieces.append((kind, rows.slice(largest[1], largest[2] - largest[1])))
+        else:
+            pieces.append((kind, rows.filter(pc.equal(kinds, kind))))
+    return pieces
 
 
 def skip_oversized(
