@@ -13,6 +13,9 @@ its requests in order.
 from __future__ import annotations
 
 import contextlib
+import cProfile
+import operator
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -58,7 +61,12 @@ ROW_GROUP_ROWS: Final = 131_072
 #: requests/s) cost twice the per-point work; gathered, the fixed part is noise.
 COALESCE_PUSHES: Final = 512
 COALESCE_BYTES: Final = 4 * 1024 * 1024
+#: A directory in this environment variable turns on a CPU profile of the lane
+#: (``benchmarks/ingest_bench.py --profile`` sets it for the server it starts).
+PROFILE_ENV: Final = "KIP714_LANDING_PROFILE"
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
+_payload: Final = operator.attrgetter("payload")
+_offset: Final = operator.attrgetter("offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +119,9 @@ def write_pending(open_file: OpenFile) -> None:
     """Write the rows ``open_file`` buffers as one row group."""
     if not open_file.pending:
         return
-    rows = pa.concat_tables(open_file.pending)
+    # One dictionary per column and row group: Parquet's writer takes an Arrow
+    # dictionary as its own only while it stays the same within a column chunk.
+    rows = pa.concat_tables(open_file.pending).unify_dictionaries()
     open_file.writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
     open_file.rows += rows.num_rows
     open_file.pending.clear()
@@ -127,8 +137,15 @@ def landing_writer(
     ``min``, ``max``) and dictionaries for every other column except a raw
     ``payload``: byte-stream split and dictionaries exclude each other, and
     measured values rarely repeat while everything else does.
+
+    A schema with Arrow dictionaries (``lake_encoded_schema``, the lanes'
+    rows) is written without the Arrow schema in the file, so every reader
+    sees the plain strings they stand for. Every column keeps its statistics:
+    the commit reads a file's partition values (``metric_type``) and
+    Iceberg's column bounds from them.
     """
     split = [c for c in _FLOAT_COLUMNS if c in schema.names]
+    encoded = any(pa.types.is_dictionary(f.type) for f in schema)
     return pq.ParquetWriter(
         where,
         schema,
@@ -136,6 +153,7 @@ def landing_writer(
         compression_level=compression_level,
         use_byte_stream_split=split or False,
         use_dictionary=[c for c in schema.names if c not in split and c != "payload"],
+        store_schema=not encoded,
     )
 
 
@@ -172,14 +190,34 @@ def data_file_location(table_location: str, hour: int, name: str, kind: str | No
 def pieces_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     """``rows`` cut into one piece per ``metric_type``, in name order.
 
-    A push usually carries two or three kinds, so this is a few filters
-    over the batch; a batch of one kind is returned whole, uncopied.
+    Each kind is filtered out of the batch (a push usually carries two or
+    three kinds), each piece keeping the rows' order; a batch of one kind is
+    returned whole, uncopied. Rows grouped by kind
+    (``flatten_to_table(..., by_kind=True)``) give their largest kind as a
+    slice, uncopied: a slice holds on to the whole batch while its file
+    buffers it, so only the kind whose file fills first is sliced.
     """
-    kinds = rows.column("metric_type")
-    present = sorted(pc.unique(kinds).to_pylist())
+    kinds = rows.column("metric_type").combine_chunks()
+    encoded = pa.types.is_dictionary(kinds.type)
+    runs = pc.run_end_encode(kinds.indices if encoded else kinds)
+    values = runs.values.to_pylist()
+    names = kinds.dictionary.to_pylist() if encoded else values
+    present = sorted({str(names[v] if encoded else v) for v in values})
     if len(present) == 1:
         return [(present[0], rows)]
-    return [(kind, rows.filter(pc.equal(kinds, kind))) for kind in present]
+    largest: tuple[str, int, int] | None = None
+    if len(set(values)) == len(values):  # each kind in one run
+        ends = runs.run_ends.to_pylist()
+        spans = zip(values, [0, *ends[:-1]], ends, strict=True)
+        value, start, end = max(spans, key=lambda span: span[2] - span[1])
+        largest = (str(names[value] if encoded else value), start, end)
+    pieces = []
+    for kind in present:
+        if largest is not None and kind == largest[0]:
+            pieces.append((kind, rows.slice(largest[1], largest[2] - largest[1])))
+        else:
+            pieces.append((kind, rows.filter(pc.equal(kinds, kind))))
+    return pieces
 
 
 def skip_oversized(
@@ -193,9 +231,33 @@ def skip_oversized(
     and only for payloads large enough to exceed the bound
     (``count_data_points``).
     """
+    # count_data_points walks only payloads of 2 * (max_points + 1) bytes or more.
+    if max(map(len, map(_payload, pushes)), default=0) < 2 * (max_points + 1):
+        return pushes
     kept = [push for push in pushes if count_data_points(push.payload, max_points) <= max_points]
     stats.oversized_pushes += len(pushes) - len(kept)
     return kept
+
+
+class LaneProfile:
+    """cProfile of a lane's work on the process's CPU clock, written out after every ``write``.
+
+    Why in the lane: its work runs in a worker process that the server
+    spawns, where no outside profiler needs to attach. The stats accumulate
+    over the process's life in ``<dir>/landing-lane-<pid>.pstats``.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, f"landing-lane-{os.getpid()}.pstats")
+        self.profiler = cProfile.Profile(time.process_time_ns, 1e-9)
+
+    @classmethod
+    def from_environment(cls) -> LaneProfile | None:
+        directory = os.environ.get(PROFILE_ENV)
+        return cls(directory) if directory else None
+
+    def dump(self) -> None:
+        self.profiler.dump_stats(self.path)
 
 
 @dataclass(slots=True)
@@ -220,6 +282,7 @@ class LakeRows:
     pending_raw: list[LoggedPush] = field(default_factory=list)
     pending_bytes: int = 0
     _io: FileIO | None = None
+    profile: LaneProfile | None = field(default_factory=LaneProfile.from_environment)
 
     @property
     def io(self) -> FileIO:
@@ -237,9 +300,22 @@ class LakeRows:
         of payload are gathered, or by ``write``; the reply counts what was
         flattened now.
         """
-        fresh = [p for p in pushes if p.offset >= metrics_from]
+        if self.profile is None:
+            return self._batch(pushes, metrics_from, pushes_from)
+        self.profile.profiler.enable()
+        try:
+            return self._batch(pushes, metrics_from, pushes_from)
+        finally:
+            self.profile.profiler.disable()
+
+    def _batch(
+        self, pushes: Sequence[LoggedPush], metrics_from: int, pushes_from: int | None
+    ) -> BatchReply:
+        fresh: Sequence[LoggedPush] = pushes  # usually all are past the resume offset
+        if min(map(_offset, pushes), default=metrics_from) < metrics_from:
+            fresh = [p for p in pushes if p.offset >= metrics_from]
         self.pending.extend(fresh)
-        self.pending_bytes += sum(len(p.payload) for p in fresh)
+        self.pending_bytes += sum(map(len, map(_payload, fresh)))
         if pushes_from is not None:
             self.pending_raw.extend(p for p in pushes if p.offset >= pushes_from)
         gathered = len(self.pending) + len(self.pending_raw)
@@ -255,9 +331,9 @@ class LakeRows:
         raw, self.pending_raw = self.pending_raw, []
         fresh = skip_oversized(fresh, self.config.max_data_points_per_push, stats)
         if fresh:
-            flat, flat_stats, unlandable = flatten_to_table(fresh)
+            flat, flat_stats, unlandable = flatten_to_table(fresh, by_kind=self.config.by_kind)
             stats.merge(flat_stats)
-            table, reply.refused_counts = to_lake_rows(flat, self.config.node_id)
+            table, reply.refused_counts = to_lake_rows(flat, self.config.node_id, encoded=True)
             reply.unlandable = len(unlandable)
             reply.rows = table.num_rows
             self._append(METRICS_TABLE, table)
@@ -302,6 +378,16 @@ class LakeRows:
         Returns the files and what the final flattening did.
         """
         del first, last  # the commit's snapshot properties carry the offsets
+        if self.profile is None:
+            return self._write()
+        self.profile.profiler.enable()
+        try:
+            return self._write()
+        finally:
+            self.profile.profiler.disable()
+            self.profile.dump()
+
+    def _write(self) -> tuple[list[WrittenFile], BatchReply]:
         flushed = self.flush()
         files: list[WrittenFile] = []
         for key in sorted(self.files):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporters.landing.schema import metrics_schema, pushes_schema
+from exporters.landing.schema import DICTIONARY, encoded, metrics_schema, pushes_schema
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,6 +32,7 @@ __all__ = [
     "NODE_ID_ATTRIBUTES",
     "PUSHES_TABLE",
     "UINT64_COLUMNS",
+    "lake_encoded_schema",
     "lake_metrics_schema",
     "lake_pushes_schema",
     "to_lake_rows",
@@ -102,10 +103,34 @@ def _node_ids(attributes: pa.ChunkedArray) -> pa.Array:
 
     As ``map_lookup(..., "first")`` per key, coalesced in key order, but over
     the flattened maps at once: ``map_lookup`` walks every map per key and was
-    a fifth of the landing's flattening.
+    a fifth of the landing's flattening. A row almost always holds at most
+    one of the keys; then each row's value is found by counting (no sort).
     """
     rows = len(attributes)
     maps = attributes.combine_chunks() if attributes.num_chunks != 1 else attributes.chunk(0)
+    # The keys and items of a sliced map array are its whole children: cut them to the slice.
+    first, last = maps.offsets[0].as_py(), maps.offsets[-1].as_py()
+    keys, values = maps.keys.slice(first, last - first), maps.items.slice(first, last - first)
+    offsets = pc.subtract(maps.offsets, pa.scalar(first, maps.offsets.type))
+    rank = pc.index_in(keys, value_set=_NODE_ID_KEYS)
+    hit = pc.is_valid(rank)
+    if not pc.any(hit).as_py():
+        return pa.nulls(rows, pa.string())
+    # Hits per row: the running count of hits, read at each row's first and last entry.
+    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(hit.cast(pa.int64()))])
+    per_row = pc.subtract(
+        pc.take(running, offsets.slice(1)), pc.take(running, offsets.slice(0, rows))
+    )
+    if pc.max(per_row).as_py() > 1:
+        return _node_ids_sorted(maps, rows)
+    found = pc.greater(per_row, 0)
+    ordinal = pc.subtract(pc.cumulative_sum(found.cast(pa.int64())), pa.scalar(1, pa.int64()))
+    index = pc.if_else(found, ordinal, pa.scalar(None, pa.int64()))
+    return pc.take(values.filter(hit), index)
+
+
+def _node_ids_sorted(maps: pa.MapArray, rows: int) -> pa.Array:
+    """``_node_ids`` when some row holds two of the keys: the first key in key order wins."""
     # Arrow's list kernels take no map: the same offsets over (key, value) as a list.
     entries = pa.ListArray.from_arrays(
         maps.offsets, pa.StructArray.from_arrays([maps.keys, maps.items], ["key", "value"])
@@ -113,8 +138,6 @@ def _node_ids(attributes: pa.ChunkedArray) -> pa.Array:
     items = pc.list_flatten(entries)
     rank = pc.index_in(pc.struct_field(items, "key"), value_set=_NODE_ID_KEYS)
     hit = pc.is_valid(rank)
-    if not pc.any(hit).as_py():
-        return pa.nulls(rows, pa.string())
     found = pa.table(
         {
             "row": pc.list_parent_indices(entries).filter(hit),
@@ -133,19 +156,42 @@ def _node_ids(attributes: pa.ChunkedArray) -> pa.Array:
     )
 
 
-def to_lake_rows(table: pa.Table, ingest_node: str) -> tuple[pa.Table, int]:
-    """Landing rows (``metrics_schema``) as ``metrics`` table rows, and how many were refused."""
+@functools.cache
+def lake_encoded_schema() -> pa.Schema:
+    """``lake_metrics_schema()`` as a lane writes it: repeating strings as dictionaries.
+
+    The same values and the same Parquet columns (the data files carry no
+    Arrow schema, so readers see plain strings); Parquet's dictionary
+    encoding takes the dictionaries as they are instead of hashing every row.
+    """
+    schema = encoded(lake_metrics_schema())
+    return schema.set(schema.get_field_index("ingest_node"), pa.field("ingest_node", DICTIONARY))
+
+
+def to_lake_rows(
+    table: pa.Table, ingest_node: str, *, encoded: bool = False
+) -> tuple[pa.Table, int]:
+    """Landing rows (``metrics_schema``) as ``metrics`` table rows, and how many were refused.
+
+    ``table``'s string columns may be dictionaries (``landing.schema.ENCODED_COLUMNS``).
+    The rows are of ``lake_metrics_schema()``, or with ``encoded`` of
+    ``lake_encoded_schema()`` (the same values).
+    """
     refused = 0
     mask = _overflowing(table)
     if mask is not None:
         refused = pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
         table = table.filter(pc.invert(mask))
-    schema = lake_metrics_schema()
+    schema = lake_encoded_schema() if encoded else lake_metrics_schema()
     arrays = [table.column(f.name).cast(schema.field(f.name).type) for f in metrics_schema()]
     arrays.append(
         _node_ids(table.column("attributes")) if table.num_rows else pa.array([], pa.string())
     )
-    arrays.append(_constant(ingest_node, table.num_rows))
+    node = _constant(ingest_node, table.num_rows)
+    if encoded:
+        zeros = pa.repeat(pa.scalar(0, pa.int32()), table.num_rows)
+        node = pa.DictionaryArray.from_arrays(zeros, pa.array([ingest_node], pa.string()))
+    arrays.append(node)
     return pa.Table.from_arrays(arrays, schema=schema), refused
 
 

@@ -29,14 +29,22 @@ __all__ = ["flatten_to_table", "reference_table"]
 _log = logging.getLogger(__name__)
 
 
-def flatten_to_table(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenStats, list[int]]:
+def flatten_to_table(
+    pushes: Sequence[LoggedPush], *, by_kind: bool = False
+) -> tuple[pa.Table, FlattenStats, list[int]]:
     """Flatten ``pushes`` (in order) into one table; returns (table, stats, unlandable offsets).
 
     The vectorised path (``fast.py``) takes the pushes it can; the reference
-    flattener takes the rest, and the rows are put back in log order.
+    flattener takes the rest, and the rows are put back in log order. The
+    columns are ``metrics_schema()``'s, those of ``schema.ENCODED_COLUMNS``
+    as dictionaries when the vectorised path ran (``schema.decoded`` makes
+    them plain; the values are the same). With ``by_kind`` the rows the
+    vectorised path gives come grouped by metric type (gauges, sums,
+    histograms), each kind's in log order, for a writer that puts each kind
+    in its own file: cutting such a table by kind copies nothing.
     """
     try:
-        fast = flatten_fast(pushes)
+        fast = flatten_fast(pushes, by_kind=by_kind)
     except Exception:
         # A bug or an input the vectorised path did not foresee must not stop
         # the landing: the reference flattener never raises for bad data.
@@ -48,6 +56,7 @@ def flatten_to_table(pushes: Sequence[LoggedPush]) -> tuple[pa.Table, FlattenSta
     if not left_out:
         return table, stats, []
     others, more, unlandable = reference_table([pushes[i] for i in left_out])
+    others = others.cast(table.schema)  # the fast path's dictionary columns
     stats.merge(more)
     # Offsets increase in log order and the sort is stable: each push's rows keep their order.
     merged = pa.concat_tables([table, others]).sort_by([("push_offset", "ascending")])

@@ -25,7 +25,12 @@ if TYPE_CHECKING:
     from exporters.otlp_rows import Columns
 
 __all__ = [
+    "DICTIONARY",
+    "ENCODED_COLUMNS",
     "TIME_COLUMNS",
+    "decoded",
+    "encoded",
+    "encoded_metrics_schema",
     "hours_of",
     "metrics_schema",
     "metrics_table",
@@ -36,6 +41,24 @@ __all__ = [
 ]
 
 TIME_COLUMNS: Final = ("time", "start_time", "received_time")
+#: String columns that repeat within a push (its client's) or a metric: the
+#: vectorised flattener gives them as dictionaries over the per-push or
+#: per-metric strings, whose values are the same as plain strings'.
+ENCODED_COLUMNS: Final = (
+    "client_instance_id",
+    "client_id",
+    "client_software_name",
+    "client_software_version",
+    "client_source_address",
+    "principal",
+    "metric_name",
+    "metric_type",
+    "temporality",
+    "unit",
+    "scope_name",
+    "scope_version",
+)
+DICTIONARY: Final = pa.dictionary(pa.int32(), pa.string())
 US_PER_HOUR: Final = 3_600_000_000
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 
@@ -46,6 +69,34 @@ def metrics_schema() -> pa.Schema:
     base = arrow_schema()
     fields = [pa.field(f.name, _TIMESTAMP) if f.name in TIME_COLUMNS else f for f in base]
     return pa.schema(fields)
+
+
+@functools.cache
+def encoded_metrics_schema() -> pa.Schema:
+    """``metrics_schema()`` with the ``ENCODED_COLUMNS`` as ``DICTIONARY``."""
+    return encoded(metrics_schema())
+
+
+@functools.cache
+def encoded(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with those of the ``ENCODED_COLUMNS`` it has (as strings) as ``DICTIONARY``."""
+    return pa.schema(
+        [
+            pa.field(f.name, DICTIONARY)
+            if f.name in ENCODED_COLUMNS and f.type == pa.string()
+            else f
+            for f in schema
+        ]
+    )
+
+
+def decoded(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary columns as plain ones (the same values)."""
+    fields = [
+        pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
 
 
 @functools.cache
