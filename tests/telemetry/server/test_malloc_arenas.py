@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import textwrap
@@ -45,10 +44,6 @@ _PROBE = textwrap.dedent(
     """
 )
 
-glibc_only = pytest.mark.skipif(
-    platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's"
-)
-
 
 def _heaps(mode: str, env: dict[str, str] | None = None) -> dict[str, object]:
     done = subprocess.run(
@@ -60,7 +55,6 @@ def _heaps(mode: str, env: dict[str, str] | None = None) -> dict[str, object]:
     return result
 
 
-@glibc_only
 def test_threads_share_the_capped_arenas() -> None:
     unlimited = _heaps("default")
     limited = _heaps("limit")
@@ -69,7 +63,6 @@ def test_threads_share_the_capped_arenas() -> None:
     assert isinstance(unlimited["heaps"], int) and unlimited["heaps"] > SERVER_ARENAS
 
 
-@glibc_only
 def test_an_operators_malloc_arena_max_is_left_to_glibc() -> None:
     chosen = _heaps("limit", {"MALLOC_ARENA_MAX": "4"})
     assert chosen["limited"] is False
