@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from health_rules import RulesError, load_rules
 from health_rules.promql import render
 from telemetry.cli.common import HelpFormatter, location_of
-from telemetry.server.config_paths import resolve_relative_paths
+from telemetry.cli.rollup_args import RollupConfigError, config_document
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,10 +62,9 @@ def _rules_path(config: str | None, rules: str | None) -> Path | None:
     if config is None:
         return None
     try:
-        document = tomllib.loads(Path(config).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise RulesError(f"{config}: cannot read the config: {error}") from None
-    alerts = resolve_relative_paths(document, Path(config)).get("alerts", {})
+        alerts = config_document(config).get("alerts", {})
+    except RollupConfigError as error:
+        raise RulesError(f"cannot read the config: {error}") from None
     chosen = alerts.get("rules") if isinstance(alerts, dict) else None
     if chosen is not None and not isinstance(chosen, str):
         raise RulesError(f"{config}: alerts.rules must be a path (a string)")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from telemetry.server.config_paths import resolve_relative_paths
 
-__all__ = ["RollupConfigError", "rollup_argv"]
+__all__ = ["RollupConfigError", "config_document", "rollup_argv"]
 
 #: The server's default ``--data-dir`` (``telemetry.server.config``, heavy to import here).
 DEFAULT_DATA_DIR = "./kip714-data"
@@ -64,11 +64,11 @@ def _split_config(argv: Sequence[str]) -> tuple[list[str], str | None]:
     return rest, config
 
 
-def _document(config: str) -> dict[str, object]:
+def config_document(config: str) -> dict[str, object]:
     """The file, its relative paths made relative to its directory (as the server reads it)."""
     try:
         document = tomllib.loads(Path(config).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise RollupConfigError(f"--config {config}: {error}") from None
     return resolve_relative_paths(document, Path(config))
 
@@ -92,7 +92,7 @@ def rollup_argv(argv: Sequence[str], *, alert_rules: bool = False) -> list[str]:
         RollupConfigError: unreadable file, or an unusable ``[lake]``.
     """
     rest, config = _split_config(argv)
-    document = _document(config) if config is not None else {}
+    document = config_document(config) if config is not None else {}
     lake = document.get("lake", {})
     if not isinstance(lake, dict):
         raise RollupConfigError("lake: expected a table")
