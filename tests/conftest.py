@@ -41,3 +41,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             "rebuild them with `pip install -e .` (setup.py)",
             returncode=2,
         )
+
+
+SPARK_TESTS = ROOT / "tests" / "spark_jobs"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for scripts/check.sh's two workers (``--dist loadgroup``).
+
+    A file's tests stay in one worker, so a module's broker or server fixture starts once;
+    every Spark test shares one worker, so the run starts one SparkSession JVM, not two.
+    """
+    for item in items:
+        if any(item.iter_markers("xdist_group")):
+            continue
+        spark = SPARK_TESTS in item.path.parents
+        group = "spark" if spark else str(item.path.relative_to(ROOT))
+        item.add_marker(pytest.mark.xdist_group(group))

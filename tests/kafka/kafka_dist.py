@@ -13,6 +13,8 @@ logging to a file, with a bounded start and a clean stop.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -22,8 +24,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from telemetry.core.client_uuid import Uuid
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_VERSION = "4.4.0"
@@ -39,6 +45,22 @@ FORWARDER_STOPPED = re.compile(
     r"kip714 forwarder stopped: received=(?P<received>\d+) forwarded=(?P<forwarded>\d+) "
     r"rejected=(?P<rejected>\d+) dropped=(?P<dropped>\d+)"
 )
+
+
+@contextlib.contextmanager
+def maven_lock() -> Iterator[None]:
+    """One Maven at a time across the test processes (pytest-xdist workers share ``~/.m2``).
+
+    Maven's own locks are per JVM, and two ``mvn package`` runs in ``broker-plugin/target``
+    would overwrite each other's jar while a broker of the other worker loads it.
+    """
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / ".maven.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _maven(*args: str) -> None:
@@ -71,7 +93,13 @@ def kafka_jars(version: str = KAFKA_VERSION) -> Path:
     target = CACHE / f"kafka-{version}"
     if (target / ".complete").exists():
         return target
-    CACHE.mkdir(parents=True, exist_ok=True)
+    with maven_lock():
+        return _fetch_kafka_jars(version, target)
+
+
+def _fetch_kafka_jars(version: str, target: Path) -> Path:
+    if (target / ".complete").exists():  # another test process fetched them while this one waited
+        return target
     partial = Path(tempfile.mkdtemp(prefix=f"kafka-{version}.", suffix=".partial", dir=CACHE))
     try:
         _maven(
@@ -98,8 +126,9 @@ def plugin_jar() -> Path:
     """The plugin jar, rebuilt (tests included) when a source or the pom is newer than the jar."""
     sources = [PLUGIN_DIR / "pom.xml", *(PLUGIN_DIR / "src").rglob("*.java")]
     newest = max(path.stat().st_mtime for path in sources)
-    if not PLUGIN_JAR.exists() or PLUGIN_JAR.stat().st_mtime < newest:
-        _maven("-f", str(PLUGIN_DIR / "pom.xml"), "package")
+    with maven_lock():  # checked under the lock: another worker may have just built it
+        if not PLUGIN_JAR.exists() or PLUGIN_JAR.stat().st_mtime < newest:
+            _maven("-f", str(PLUGIN_DIR / "pom.xml"), "package")
     return PLUGIN_JAR
 
 

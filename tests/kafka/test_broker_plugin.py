@@ -109,7 +109,9 @@ def test_clients_of_a_real_broker_land_their_telemetry_once_with_the_brokers_con
 
     # The subscription set with kafka-client-metrics decides what is pushed.
     before = {r["metric_name"] for r in rows if r["received_time"].timestamp() < switched}
-    late = {r["metric_name"] for r in rows if r["received_time"].timestamp() > switched + 3}
+    # A client learns the new subscription at its next push (UNKNOWN_SUBSCRIPTION_ID, then
+    # GetTelemetrySubscriptions): a second or two, more on a loaded machine.
+    late = {r["metric_name"] for r in rows if r["received_time"].timestamp() > switched + 6}
     assert before, "the producer pushed under the first subscription"
     assert all(name.startswith("org.apache.kafka.producer.") for name in before)
     assert late, "the consumer pushed under the altered subscription"

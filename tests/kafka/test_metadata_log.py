@@ -592,7 +592,8 @@ def test_the_broker_restarted_under_load_loses_no_acknowledged_change(
     acknowledged_before = len(writer.acknowledged)
     broker.start()
     third.process.start()
-    wait_for(lambda: len(writer.acknowledged) >= acknowledged_before + 20, 60, "changes flow again")
+    flowing = lambda: len(writer.acknowledged) >= acknowledged_before + 20  # noqa: E731
+    wait_for(flowing, 120, "changes flow again")  # a broker restart on a loaded machine
     writer.finish()
     image = converge(nodes, 15)
     landed = {

@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Final
 
-from tests.kafka.kafka_dist import CACHE, REPO, _maven, free_port, java_command
+from tests.kafka.kafka_dist import CACHE, REPO, _maven, free_port, java_command, maven_lock
 
 S3PROXY_VERSION: Final = "2.6.0"
 POM: Final = REPO / "tests" / "s3" / "pom.xml"
@@ -50,10 +50,11 @@ def s3proxy_class_path() -> list[Path]:
     partial = target.with_name(f"{target.name}.partial-{uuid.uuid4().hex[:8]}")
     partial.mkdir(parents=True)
     try:
-        _maven(
-            "-f", str(POM), f"-Ds3proxy.version={S3PROXY_VERSION}",
-            "dependency:build-classpath", f"-Dmdep.outputFile={partial / 'classpath'}",
-        )  # fmt: skip
+        with maven_lock():
+            _maven(
+                "-f", str(POM), f"-Ds3proxy.version={S3PROXY_VERSION}",
+                "dependency:build-classpath", f"-Dmdep.outputFile={partial / 'classpath'}",
+            )  # fmt: skip
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
     except OSError:

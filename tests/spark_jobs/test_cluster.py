@@ -63,6 +63,7 @@ def package_zip(tmp_path: Path) -> Path:
     return archive
 
 
+@pytest.mark.timeout(900)  # a master, a worker and a driver JVM: slow on a loaded machine
 def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
     spark: SparkSession, lake: Lake, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -93,7 +94,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
             "--namespace", on_cluster.namespace, *RANGE, *alert_rules,
         ]  # fmt: skip
         result = subprocess.run(command, env=spark_env(tmp_path / "cluster"), capture_output=True,
-                                text=True, timeout=300, check=False)  # fmt: skip
+                                text=True, timeout=600, check=False)  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         assert "data points read" in result.stdout
     logs = {p.name: p.read_text(errors="replace") for p in (tmp_path / "cluster").glob("*.log")}

@@ -95,7 +95,13 @@ def kill_rounds_then_check(
             stops.append(stop)
             loaders.append(loader)
         for server in servers.values():
-            time.sleep(rng.uniform(0.5, 1.5))
+            # Each node acknowledges some pushes first (bounded: a loaded machine is slower),
+            # then dies at a random moment.
+            wanted = len(acknowledged) + 60
+            deadline = time.monotonic() + 60
+            while len(acknowledged) < wanted and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.0))
             server.kill()  # SIGKILL at a random moment under load
         for stop, loader in zip(stops, loaders, strict=True):
             stop.set()
