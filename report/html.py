@@ -33,7 +33,9 @@ table { border-collapse: collapse; margin: 4px 0 8px; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right;
          vertical-align: top; }
 th { background: #f3f3f3; }
-td.text, th.text { text-align: left; overflow-wrap: anywhere; }
+td.text, th.text { text-align: left; }
+td.word { white-space: nowrap; }
+td.long { overflow-wrap: anywhere; }
 td.id { font-family: ui-monospace, monospace; font-size: 12px; text-align: left; }
 span.alt { color: #666; display: block; }
 .side { display: flex; flex-wrap: wrap; gap: 32px; }
@@ -60,8 +62,10 @@ _CLIENTS_NOTE: Final = (
     "latency p99: the 99th percentile, per hour, of the client's pushed "
     "<code>node.request.latency.avg</code> values at its worst broker, the worst hour shown "
     "(<code>client_health_1h</code>); latency max: the largest <code>node.request.latency.max"
-    "</code>. throttle max: the largest throttle time a broker asked. connections: the increase "
-    "of <code>connection.creation.total</code>, which librdkafka counts per connect attempt.</p>"
+    "</code>. throttle max: the largest throttle time a broker asked. new connections: the "
+    "increase of <code>connection.creation.total</code> over the pushed intervals (librdkafka "
+    "counts every connect attempt; its first push starts after its first connections, so a "
+    "client that kept the connections it opened at start shows 0).</p>"
 )
 
 
@@ -122,7 +126,7 @@ def _inventory_table(table_id: str, titles: tuple[str, ...], lines: list[Invento
     head = "".join(f'<th class="text">{t}</th>' for t in titles) + "<th>clients</th><th>pushes</th>"
     rows = "".join(
         "<tr>"
-        + "".join(f'<td class="text">{escape(part)}</td>' for part in line.key)
+        + "".join(f'<td class="text long">{escape(part)}</td>' for part in line.key)
         + f"<td>{_count(line.instances)}</td><td>{_count(line.pushes)}</td></tr>"
         for line in lines
     )
@@ -171,7 +175,7 @@ _CLIENT_COLUMNS: Final = (
     ("latency p99 ms", ""),
     ("latency max ms", ""),
     ("throttle max ms", ""),
-    ("connections", ""),
+    ("new connections", ""),
 )
 
 
@@ -182,8 +186,8 @@ def _client_table(clients: list[ClientReport]) -> str:
         rows.append(
             "<tr>"
             f'<td class="text">{escape(client.client_id or "-")}</td>'
-            f'<td class="text">{escape(client.client_type or "-")}</td>'
-            f'<td class="text state-{client.state}">{client.state}</td>'
+            f'<td class="text word">{escape(client.client_type or "-")}</td>'
+            f'<td class="text word state-{client.state}">{client.state}</td>'
             f'<td class="text">{escape(client.software or "-")}</td>'
             f'<td class="id">{_instance(client)}</td>'
             f"<td>{_count(client.pushes)}</td>"
