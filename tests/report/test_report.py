@@ -19,17 +19,18 @@ import subprocess
 import sys
 from collections import Counter
 from html import escape
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+import pytest
 from PIL import Image
 
 from health_rules import load_rules
+from report import main as report_main
 from report.svg import PALETTE
+from telemetry.cli.main import main as kip714_main
 from tests.report.devtools import MEASURE_REPORT, evaluate_in_page
 from tests.report.lake_tables import T0, write_tables
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 WINDOW = (1280, 2600)
 CLIENTS = [  # client id, instance id, type, p99 scale
@@ -223,3 +224,55 @@ def test_the_report_opens_on_the_fleet_fits_1280_px_and_draws_every_chart(
         assert drawn[first] > 300, (chart_id, drawn[first])
         if chart_id.endswith("-0"):
             assert drawn[second] > 300, (chart_id, drawn[second])  # p99 beside p50
+
+
+def _documented_queries() -> dict[str, str]:
+    """docs/report.md's table: figure -> query."""
+    doc = (Path(__file__).parents[2] / "docs" / "report.md").read_text()
+    rows = re.findall(r"^\| (.+?) \| `(select .+)` \|$", doc, flags=re.MULTILINE)
+    return dict(rows)
+
+
+def _lake_query(data: Path, sql: str, capsys: pytest.CaptureFixture[str]) -> list[list[str]]:
+    """``kip714 lake query`` in this process (it prints tab-separated rows under a header)."""
+    capsys.readouterr()
+    status = kip714_main(["lake", "--data-dir", str(data), "query", sql])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    return [line.split("\t") for line in printed.out.splitlines()[1:]]
+
+
+def test_every_documented_query_runs_and_gives_the_numbers_the_report_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    alerts = [_alert(1, "produce_throttled", "warning", 20), _alert(1, "x", "critical", 5)]
+    write_tables(data, *_rows(), inventory=_inventory(), alerts=alerts)
+    out = tmp_path / "report.html"
+    assert report_main(["--data-dir", str(data), "--out", str(out)]) == 0
+    html = out.read_text()
+    queries = _documented_queries()
+    assert len(queries) >= 8
+    bounds = {"FROM": "'2026-11-25T10:00:00+00:00'", "TO": "'2026-11-25T11:00:00+00:00'"}
+    # The fixture's finest gauge rollup is gauges_1m (the demo's is gauges_2s).
+    names = {**bounds, "ID": f"'{CLIENTS[1][1]}'", "gauges_2s": "gauges_1m"}
+    answers = {}
+    for figure, query in queries.items():
+        sql = query
+        for name, value in names.items():
+            sql = re.sub(rf"\b{name}\b", value, sql)
+        answers[figure] = _lake_query(data, sql, capsys)
+    software = answers["inventory by software: clients, pushes"]
+    for kind, name, version, clients, pushes in software:
+        cells = "".join(f'<td class="text long">{part}</td>' for part in (kind, name, version))
+        assert f"{cells}<td>{int(clients):,}</td><td>{int(pushes):,}</td>" in html
+    states = answers[next(f for f in queries if f.startswith("clients per health"))]
+    [[state_client, state]] = states
+    assert state_client == CLIENTS[1][1] and state == "critical"
+    [[pushes, points]] = answers["a client's pushes, data points"]
+    assert f"pushes {int(pushes):,} · data points {int(points):,}" in html
+    health = answers[next(f for f in queries if f.startswith("a client's lat"))]
+    [[p99, latency_max, _, _]] = health
+    assert f"<td>{float(p99):.3g}</td><td>{float(latency_max):.3g}</td>" in html
+    chart = answers[next(f for f in queries if f.startswith("a chart's series"))]
+    assert len(chart) == 30  # one point per minute of the fixture, as the chart draws
