@@ -36,6 +36,7 @@ from spark_jobs.rollups import (
     gauge_rollup,
     histogram_rollup,
     prepare_points,
+    push_times,
     sum_rollup,
     top_n,
     window_label,
@@ -234,4 +235,4 @@ def _plan_answers(
         rules = load_rules()
     # The few points the rules read, persisted: each rule reads them once more.
     alerting = result.keep(alert_points(points, rules))
-    result.outputs["client_alerts_1h"] = client_alerts(alerting, rules)
+    result.outputs["client_alerts_1h"] = client_alerts(alerting, rules, push_times(points))

@@ -10,7 +10,7 @@ from spark_jobs.rollups._common import (
     window_label,
 )
 from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK
-from spark_jobs.rollups.alerts import ALERTS_SCHEMA, alert_points, client_alerts
+from spark_jobs.rollups.alerts import ALERTS_SCHEMA, alert_points, client_alerts, push_times
 from spark_jobs.rollups.coverage import unrolled_points
 from spark_jobs.rollups.gauges import GAUGE_QUANTILES, exact_quantile, gauge_rollup
 from spark_jobs.rollups.health import HEALTH_METRICS, client_health
@@ -38,6 +38,7 @@ __all__ = [
     "histogram_rollup",
     "parse_window",
     "prepare_points",
+    "push_times",
     "sum_rollup",
     "top_n",
     "unrolled_points",
