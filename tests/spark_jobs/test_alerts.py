@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from health_rules import load_rules, parse_rules
 from spark_jobs.rollups import alert_points, client_alerts, push_times
@@ -167,3 +167,36 @@ def test_a_silence_over_three_push_intervals_fires_until_the_next_push_or_the_la
         "gap": (at(1), at(1, 40), 7.0),  # 00:30 + 3 x 10 s, until the next push
         "hung": (at(1, 40), at(3), 7.0),  # 00:40 + 3 x 20 s, until the lake's last point
     }
+
+
+def test_each_shipped_rule_fires_on_data_that_breaks_it_and_on_nothing_else(
+    spark: SparkSession,
+) -> None:
+    """One breaking client and one healthy client per shipped rule, all pushing every 30 s."""
+    rules = load_rules()
+    bad = {"client_software_name": "librdkafka", "client_software_version": "2.6.0"}
+    span = range(0, 2 * 1800 + 1, 30)  # two of the longest rule window (900 s), and more
+    rows = []
+    for rule in rules.rules:
+        metric, worse, fine = rule.metric.replace("*", "producer"), 0.0, 0.0
+        software, pushed = GOOD, list(span)
+        if rule.name == "software_known_bad":
+            metric, software = THROTTLE, bad
+        elif rule.name == "client_stopped_pushing":
+            metric, pushed = THROTTLE, [s for s in span if s < 600]  # then silent
+        else:
+            worse = rule.threshold / 2 if rule.op == "<" else rule.threshold * 2 + 1
+            fine = (rule.threshold + 1) / 2 if rule.op == "<" else 0.0
+        breaking = {"client_id": f"{rule.name}-bad", "client_instance_id": f"{rule.name}-b"}
+        healthy = {"client_id": f"{rule.name}-ok", "client_instance_id": f"{rule.name}-h"}
+        rows += [_at_second(s, metric_name=metric, value=worse, **breaking, **software)
+                 for s in pushed]  # fmt: skip
+        rows += [_at_second(s, metric_name=metric, value=fine, **healthy, **GOOD) for s in span]
+    points = frame(spark, rows)
+    alerts = client_alerts(alert_points(points, rules), rules, push_times(points))
+    fired = {(row["client_id"], row["rule"]) for row in alerts.collect()}
+    assert fired == {(f"{rule.name}-bad", rule.name) for rule in rules.rules}
+
+
+def _at_second(second: int, **fields: Any) -> dict[str, Any]:
+    return point(time=at(0) + timedelta(seconds=second), **fields)
