@@ -22,29 +22,33 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from health_rules import RulesError, load_rules
 from report.html import render
-from report.lake import NAMESPACE, RollupLake, read_rollup, rollup_tables
+from report.lake import NAMESPACE, RollupLake, gauge_tables, read_rollup, rollup_tables
 from report.model import GAUGE_METRICS, build
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from health_rules import RuleSet
 
 __all__ = ["DEFAULT_DATA_DIR", "build_parser", "describe_period", "main", "write_report"]
 
 #: The server's default ``--data-dir`` (``telemetry.server.config``, not importable from here).
 DEFAULT_DATA_DIR = "./kip714-data"
 
-#: The gauge rollups charts are drawn from, finest first.
-_GAUGE_TABLES = ("gauges_1m", "gauges_1h")
+#: The per-client hourly tables the report opens on.
+_CLIENT_TABLES = ("client_inventory_1h", "client_health_1h", "client_alerts_1h")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kip714 report",
         description=(
-            "Write a self-contained HTML client-health report (a table and per-client charts "
-            "of request latency, queue time, throttle time and connection creation rate, worst "
-            "p99 first) from the rollup tables of a data directory. Run kip714 rollup first."
+            "Write a self-contained HTML client-health report from the rollup tables of a data "
+            "directory: the fleet first (inventory, health states, the period's alerts, worst "
+            "first), then each client with its alerts and charts from the finest gauge rollup. "
+            "Run kip714 rollup first."
         ),
     )
     parser.add_argument(
@@ -86,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="end of the range, exclusive (default: after the data's last hour)",
     )
     parser.add_argument(
+        "--alert-rules",
+        metavar="FILE",
+        help="the health rules whose one-line meanings the alerts show (default: the shipped "
+        "rules; kip714 report --config passes [alerts] rules)",
+    )
+    parser.add_argument(
         "--out", required=True, type=Path, help="the HTML file to write (its directory must exist)"
     )
     return parser
@@ -107,7 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not rollup_tables(data_dir, ("client_health_1h", *_GAUGE_TABLES), lake):
+    try:
+        rules = load_rules(Path(args.alert_rules) if args.alert_rules else None)
+    except (OSError, RulesError) as error:
+        print(f"kip714 report: --alert-rules: {error}", file=sys.stderr)
+        return 2
+    if not rollup_tables(data_dir, _CLIENT_TABLES, lake) and not gauge_tables(data_dir, lake):
         where = lake.catalog_uri if lake is not None and data_dir is None else data_dir
         where = where.absolute() if isinstance(where, Path) else where
         print(
@@ -115,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    clients = write_report(data_dir, args.out, args.start, args.end, lake)
+    clients = write_report(data_dir, args.out, args.start, args.end, lake, rules)
     if not clients:
         print(
             "kip714 report: the rollup tables hold no rows in this range; the report says so",
@@ -143,25 +158,35 @@ def write_report(
     start: dt.datetime | None = None,
     end: dt.datetime | None = None,
     lake: RollupLake | None = None,
+    rules: RuleSet | None = None,
 ) -> int:
     """Render the report for ``data_dir`` (or ``lake``) into ``out``; how many clients it shows.
 
     Without ``start``/``end``, the period shown is the data's first and last hour.
+    ``rules``: whose meanings the alerts show (the shipped rules when ``None``).
     """
-    health = read_rollup(data_dir, "client_health_1h", start, end, lake=lake)
-    sources = ["client_health_1h"] if health is not None else []
-    gauges = None
-    for name in _GAUGE_TABLES:
+    tables = {name: read_rollup(data_dir, name, start, end, lake=lake) for name in _CLIENT_TABLES}
+    sources = [name for name, table in tables.items() if table is not None]
+    gauges, window = None, None
+    for name in gauge_tables(data_dir, lake):  # the finest window there is
         gauges = read_rollup(data_dir, name, start, end, GAUGE_METRICS, lake=lake)
         if gauges is not None:
             sources.append(name)
+            window = name.removeprefix("gauges_")
             break
-    clients = build(health, gauges)
+    fleet = build(
+        inventory=tables["client_inventory_1h"],
+        health=tables["client_health_1h"],
+        alerts=tables["client_alerts_1h"],
+        gauges=gauges,
+        rules=rules if rules is not None else load_rules(),
+        window=window,
+    )
     temporary = out.with_name(f".{out.name}.tmp")
-    period = describe_period(start, end, _data_hours(health, gauges))
-    temporary.write_text(render(clients, period, ", ".join(sources) or "no tables"))
+    period = describe_period(start, end, _data_hours(*tables.values(), gauges))
+    temporary.write_text(render(fleet, period, ", ".join(sources) or "no tables"))
     temporary.replace(out)
-    return len(clients)
+    return len(fleet.clients)
 
 
 def _data_hours(*tables: pa.Table | None) -> tuple[dt.datetime, dt.datetime] | None:

@@ -16,6 +16,7 @@ catalog has no such table, so older data directories still get a report.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -31,7 +32,16 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
 
-__all__ = ["CATALOG_NAME", "NAMESPACE", "RollupLake", "read_rollup", "rollup_tables", "table_view"]
+__all__ = [
+    "CATALOG_NAME",
+    "NAMESPACE",
+    "RollupLake",
+    "gauge_tables",
+    "read_rollup",
+    "rollup_tables",
+    "table_view",
+    "window_seconds",
+]
 
 CATALOG_NAME: Final = "kip714"
 NAMESPACE: Final = "kip714"
@@ -133,6 +143,29 @@ def rollup_tables(
         if in_lake or old:
             found.append(name)
     return found
+
+
+_WINDOW = re.compile(r"gauges_(\d+)([smhd])")
+_UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def window_seconds(name: str) -> int | None:
+    """The window length of a ``gauges_<n><s|m|h|d>`` table name (the rollups' labels)."""
+    match = _WINDOW.fullmatch(name)
+    return int(match[1]) * _UNIT_S[match[2]] if match else None
+
+
+def gauge_tables(data_dir: Path | None, lake: RollupLake | None = None) -> list[str]:
+    """The gauge rollup tables there are, finest window first."""
+    lake = _lake(data_dir, lake)
+    names: set[str] = set()
+    catalog = _catalog(lake)
+    if catalog is not None and lake.namespace in {ns[-1] for ns in catalog.list_namespaces()}:
+        names.update(ident[-1] for ident in catalog.list_tables(lake.namespace))
+    if data_dir is not None and (data_dir / "rollups").is_dir():
+        names.update(path.name for path in (data_dir / "rollups").iterdir() if path.is_dir())
+    found = [(seconds, name) for name in names if (seconds := window_seconds(name)) is not None]
+    return [name for _, name in sorted(found)]
 
 
 def _from_iceberg(

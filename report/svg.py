@@ -64,9 +64,9 @@ def line_chart(chart_id: str, title: str, unit: str, series: list[Series]) -> st
         f'<text x="{_LEFT - 4}" y="{HEIGHT - _BOTTOM}" class="tick end">{_number(low)}</text>',
         f'<text x="{_LEFT - 4}" y="{(HEIGHT - _BOTTOM + _TOP) / 2 + 4}" class="tick end">'
         f"{escape(unit)}</text>",
-        f'<text x="{_LEFT}" y="{HEIGHT - _BOTTOM + 14}" class="tick">{_time(t0)}</text>',
+        f'<text x="{_LEFT}" y="{HEIGHT - _BOTTOM + 14}" class="tick">{_time(t0, t1)}</text>',
         f'<text x="{WIDTH - _RIGHT}" y="{HEIGHT - _BOTTOM + 14}" class="tick end">'
-        f"{_time(t1)}</text>",
+        f"{_time(t1, t0)}</text>",
     ]
     legend_x = _LEFT
     for item in series:
@@ -98,5 +98,8 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _time(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%m-%d %H:%M")
+def _time(seconds: float, other_end: float) -> str:
+    """The month and day for spans over a day, the seconds for spans under an hour."""
+    span = abs(other_end - seconds)
+    form = "%m-%d %H:%M" if span >= 86400 else "%H:%M" if span >= 3600 else "%H:%M:%S"
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime(form)

@@ -180,7 +180,13 @@ def output_names(windows: Sequence[int]) -> list[str]:
         for w in sorted(windows)
         for kind in ("gauges", "sums", "histograms")
     ]
-    return [*names, "top_clients_1h", "client_health_1h", "client_alerts_1h"]
+    return [
+        *names,
+        "top_clients_1h",
+        "client_health_1h",
+        "client_inventory_1h",
+        "client_alerts_1h",
+    ]
 
 
 def _align(args: argparse.Namespace) -> int:

@@ -32,9 +32,11 @@ from spark_jobs.rollups import (
     alert_points,
     client_alerts,
     client_health,
+    client_inventory,
     gauge_rollup,
     histogram_rollup,
     prepare_points,
+    push_times,
     sum_rollup,
     top_n,
     window_label,
@@ -150,7 +152,8 @@ def plan_rollups(
     each range (cumulative points need their predecessor), partitioned by
     series (``prepare_partitioned``).
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
-    then ``top_clients_1h``, ``client_health_1h`` and ``client_alerts_1h`` (the
+    then ``top_clients_1h``, ``client_health_1h``, ``client_inventory_1h`` (who pushed,
+    from which principal and node) and ``client_alerts_1h`` (the
     health ``rules``; the shipped ones when ``None``). ``max_buckets``
     (``scan_stats``) lets histograms merge without per-element lambdas.
 
@@ -212,12 +215,24 @@ def plan_rollups(
         else:
             sums_1h = sum_rollup(prepared, hourly).where(inside)
     result.outputs["top_clients_1h"] = top_n(gauges_1h, top, top_by)
+    _plan_answers(result, gauges_1h, sums_1h, unpartitioned, rules)
+    return result
+
+
+def _plan_answers(
+    result: RollupSet,
+    gauges_1h: DataFrame,
+    sums_1h: DataFrame,
+    points: DataFrame,
+    rules: RuleSet | None,
+) -> None:
+    """The hourly per-client tables the report opens on: health, inventory, alerts."""
     result.outputs["client_health_1h"] = client_health(gauges_1h, sums_1h)
+    result.outputs["client_inventory_1h"] = client_inventory(points)
     if rules is None:
         from health_rules import load_rules  # noqa: PLC0415 - reads the shipped file
 
         rules = load_rules()
     # The few points the rules read, persisted: each rule reads them once more.
-    alerting = result.keep(alert_points(unpartitioned, rules))
-    result.outputs["client_alerts_1h"] = client_alerts(alerting, rules)
-    return result
+    alerting = result.keep(alert_points(points, rules))
+    result.outputs["client_alerts_1h"] = client_alerts(alerting, rules, push_times(points))

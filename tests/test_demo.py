@@ -1,13 +1,21 @@
-"""``kip714 demo`` end to end: server, real clients, the lake, rollups, health view."""
+"""``kip714 demo`` end to end: server, real clients, the lake, rollups, health view, report.
+
+The report is opened as a new operator would, in headless Chromium at 1,280 x 2,000
+(driven through DevTools, tests/report/devtools.py): it must fit the width, open on the
+fleet, and every chart must draw at least 10 points (the demo rolls up a 2 s window).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 from pyiceberg.catalog.sql import SqlCatalog
+
+from tests.report.devtools import MEASURE_REPORT, evaluate_in_page
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -16,7 +24,7 @@ if TYPE_CHECKING:
 def test_demo_runs_the_whole_product(tmp_path: Path) -> None:
     data = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "telemetry", "demo", "--seconds", "4",
+        [sys.executable, "-m", "telemetry", "demo",  # its default run: charts need 10 points
          "--producers", "1", "--consumers", "1", "--data-dir", str(data)],
         capture_output=True, text=True, timeout=400, check=False,
     )  # fmt: skip
@@ -40,3 +48,15 @@ def test_demo_runs_the_whole_product(tmp_path: Path) -> None:
     assert catalog.load_table("kip714.metrics").scan().to_arrow().num_rows > 0
     health = catalog.load_table("kip714.client_health_1h").scan().to_arrow()
     assert sorted(health.column("client_id").to_pylist()) == ["demo-consumer-0", "demo-producer-0"]
+    inventory = catalog.load_table("kip714.client_inventory_1h").scan().to_arrow()
+    assert sorted(inventory.column("client_type").to_pylist()) == ["consumer", "producer"]
+
+    page_view = asyncio.run(evaluate_in_page(page.as_uri(), MEASURE_REPORT, tmp_path / "chrome"))
+    assert page_view["scrollWidth"] <= 1280, page_view["scrollWidth"]
+    assert page_view["sections"][:2] == ["fleet", "alerts"], page_view["sections"]
+    assert page_view["inventory"] >= 4  # two tables, each a head and a row at least
+    assert sum(page_view["states"].values()) == 2
+    assert page_view["clients"] == 2
+    charts = page_view["charts"]
+    assert len(charts) == 4 + 5  # a producer's four charts and a consumer's five
+    assert all(chart["points"] >= 10 for chart in charts), charts

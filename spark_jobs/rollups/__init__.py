@@ -10,11 +10,12 @@ from spark_jobs.rollups._common import (
     window_label,
 )
 from spark_jobs.rollups._cumulative import DEFAULT_LOOKBACK
-from spark_jobs.rollups.alerts import ALERTS_SCHEMA, alert_points, client_alerts
+from spark_jobs.rollups.alerts import ALERTS_SCHEMA, alert_points, client_alerts, push_times
 from spark_jobs.rollups.coverage import unrolled_points
 from spark_jobs.rollups.gauges import GAUGE_QUANTILES, exact_quantile, gauge_rollup
 from spark_jobs.rollups.health import HEALTH_METRICS, client_health
 from spark_jobs.rollups.histograms import bucket_quantile, cumulative_counts, histogram_rollup
+from spark_jobs.rollups.inventory import INVENTORY_COLUMNS, client_inventory
 from spark_jobs.rollups.ranking import top_n
 from spark_jobs.rollups.sums import sum_rollup
 
@@ -24,17 +25,20 @@ __all__ = [
     "DEFAULT_LOOKBACK",
     "GAUGE_QUANTILES",
     "HEALTH_METRICS",
+    "INVENTORY_COLUMNS",
     "KEY_COLUMNS",
     "alert_points",
     "bucket_quantile",
     "client_alerts",
     "client_health",
+    "client_inventory",
     "cumulative_counts",
     "exact_quantile",
     "gauge_rollup",
     "histogram_rollup",
     "parse_window",
     "prepare_points",
+    "push_times",
     "sum_rollup",
     "top_n",
     "unrolled_points",

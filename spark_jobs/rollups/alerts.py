@@ -12,9 +12,14 @@ rollup's are, so a condition shorter than a window can fire in Prometheus
 and not here.
 
 ``kip714.client.software_known_bad`` fires for each hour a client whose
-software is in a ``[[known_bad]]`` range pushed. ``kip714.client
-.push_age_intervals`` is not evaluated in the lake: the landing's rows do
-not carry the push interval a client was told to use.
+software is in a ``[[known_bad]]`` range pushed.
+``kip714.client.push_age_intervals`` (a client stopped pushing) is read from
+the times of a client's pushes (the distinct ``time`` of its points): its
+push interval is the median gap between them (the landing's rows do not
+carry the interval the subscription asked, so the lake measures it), and the
+rule fires from ``threshold`` intervals after a push until the next one, or,
+after the client's last push, if it was not terminating, until the latest
+point of the run (the lake's "now"). ``value`` is the silence in intervals.
 
 Every condition is a Spark column expression built on the driver (version
 ranges as regular expressions): no Python runs on the executors.
@@ -25,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
@@ -35,7 +40,7 @@ from spark_jobs.rollups._common import CLIENT_COLUMNS, window_column
 if TYPE_CHECKING:
     from health_rules import KnownBad, Rule, RuleSet
 
-__all__ = ["ALERTS_SCHEMA", "alert_points", "client_alerts"]
+__all__ = ["ALERTS_SCHEMA", "alert_points", "client_alerts", "push_times"]
 
 ALERTS_SCHEMA = StructType(
     [
@@ -128,6 +133,43 @@ def _known_bad_windows(points: DataFrame, rule: Rule, rules: RuleSet) -> DataFra
     )
 
 
+_PUSH_AGE = "kip714.client.push_age_intervals"
+
+
+def _column_or(points: DataFrame, name: str, default: Column) -> Column:
+    return sf.col(name) if name in points.columns else default
+
+
+def _silent_windows(pushes: DataFrame, rule: Rule) -> DataFrame:
+    """Spans without a push longer than ``threshold`` of the client's own push intervals."""
+    now = pushes.agg(sf.max("time").alias("now"))
+    client = Window.partitionBy("client_instance_id").orderBy("time")
+    seconds = sf.unix_micros(sf.col("time")) / 1e6
+    gaps = pushes.withColumn("next", sf.lead("time").over(client)).withColumn(
+        "gap_s", sf.unix_micros(sf.col("next")) / 1e6 - seconds
+    )
+    interval = gaps.groupBy("client_instance_id").agg(
+        sf.percentile_approx("gap_s", 0.5).alias("interval_s")
+    )
+    spans = gaps.join(interval, "client_instance_id").crossJoin(now)
+    until = sf.coalesce(sf.col("next"), sf.col("now"))
+    silence = (sf.unix_micros(until) / 1e6 - seconds) / sf.col("interval_s")
+    open_end = sf.col("next").isNull() & sf.coalesce(sf.col("terminating"), sf.lit(False))
+    fired_start = sf.timestamp_micros(
+        ((seconds + sf.lit(rule.threshold) * sf.col("interval_s")) * 1e6).cast("long")
+    )
+    return (
+        spans.where(sf.col("interval_s").isNotNull() & (sf.col("interval_s") > 0) & ~open_end)
+        .select(
+            fired_start.alias("fired_start"),
+            until.alias("fired_end"),
+            *CLIENT_COLUMNS,
+            silence.alias("value"),
+        )
+        .where(_compare(rule, sf.col("value")))
+    )
+
+
 def _by_hour(fired: DataFrame, rule: Rule) -> DataFrame:
     worst = sf.min("value") if rule.op in ("<", "<=") else sf.max("value")
     hour = sf.date_trunc("hour", sf.col("fired_start"))
@@ -163,14 +205,24 @@ def alert_points(points: DataFrame, rules: RuleSet) -> DataFrame:
     return points.where(wanted).select("time", "metric_name", *CLIENT_COLUMNS, "node_id", "value")
 
 
-def client_alerts(points: DataFrame, rules: RuleSet) -> DataFrame:
-    """``ALERTS_SCHEMA`` rows from landing (or prepared) points already within the run's ranges."""
+def push_times(points: DataFrame) -> DataFrame:
+    """One row per push: the client, its points' ``time`` and whether it was terminating."""
+    terminating = _column_or(points, "terminating", sf.lit(False))
+    return points.groupBy(*CLIENT_COLUMNS, "time").agg(sf.max(terminating).alias("terminating"))
+
+
+def client_alerts(points: DataFrame, rules: RuleSet, pushes: DataFrame | None = None) -> DataFrame:
+    """``ALERTS_SCHEMA`` rows from landing (or prepared) points already within the run's ranges.
+
+    ``pushes``: ``push_times`` of every landing point of the ranges (``points`` may hold only
+    the ones the rules read); computed from ``points`` when not given.
+    """
     hourly: list[DataFrame] = []
     for rule in rules.rules:
         if rule.metric == _SOFTWARE:
             fired = _known_bad_windows(points, rule, rules)
-        elif rule.metric.startswith("kip714."):
-            fired = None  # push_age_intervals: see the module docstring
+        elif rule.metric == _PUSH_AGE:
+            fired = _silent_windows(push_times(points) if pushes is None else pushes, rule)
         else:
             fired = _fired_windows(points, rule)
         if fired is not None:

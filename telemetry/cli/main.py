@@ -225,9 +225,12 @@ def rollup(argv: Sequence[str]) -> int:
 
 
 def report(argv: Sequence[str]) -> int:
-    """``kip714 report``, with ``--config FILE`` read as the rollups read it (its ``[lake]``)."""
+    """``kip714 report``, with ``--config FILE`` read as the rollups read it.
+
+    Its ``[lake]`` names the catalog; its ``[alerts] rules`` the meanings the alerts show.
+    """
     try:
-        report_argv = rollup_argv(argv)
+        report_argv = rollup_argv(argv, alert_rules=True)
     except RollupConfigError as error:
         print(f"kip714 report: error: {error}", file=sys.stderr)
         return 2

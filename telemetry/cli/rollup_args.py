@@ -86,7 +86,7 @@ def _data_dir(document: dict[str, object], config: str | None) -> str:
 def rollup_argv(argv: Sequence[str], *, alert_rules: bool = False) -> list[str]:
     """``argv`` with ``--config FILE`` replaced by the lake arguments it implies.
 
-    With ``alert_rules`` (``kip714 rollup``), its ``[alerts] rules`` too.
+    With ``alert_rules`` (``kip714 rollup`` and ``report``), its ``[alerts] rules`` too.
 
     Raises:
         RollupConfigError: unreadable file, or an unusable ``[lake]``.

@@ -51,6 +51,35 @@ GAUGES_SCHEMA = pa.schema(
         *[(n, pa.float64()) for n in ("min", "max", "avg", "last", "p50", "p95", "p99")],
     ]
 )
+_WINDOW = [
+    ("window_start", pa.timestamp("us", tz="UTC")),
+    ("window_end", pa.timestamp("us", tz="UTC")),
+]
+INVENTORY_SCHEMA = pa.schema(
+    [
+        *_WINDOW,
+        *_CLIENT,
+        ("client_type", pa.string()),
+        ("principal", pa.string()),
+        ("ingest_node", pa.string()),
+        ("pushes", pa.int64()),
+        ("points", pa.int64()),
+        ("first_seen", pa.timestamp("us", tz="UTC")),
+        ("last_seen", pa.timestamp("us", tz="UTC")),
+    ]
+)
+ALERTS_SCHEMA = pa.schema(
+    [
+        *_WINDOW,
+        *_CLIENT,
+        ("rule", pa.string()),
+        ("severity", pa.string()),
+        ("first_fired", pa.timestamp("us", tz="UTC")),
+        ("last_fired", pa.timestamp("us", tz="UTC")),
+        ("value", pa.float64()),
+        ("threshold", pa.float64()),
+    ]
+)
 
 
 def write_tables(
@@ -59,8 +88,13 @@ def write_tables(
     gauges: list[dict[str, Any]],
     *,
     existing_lake: bool = False,
+    inventory: list[dict[str, Any]] | None = None,
+    alerts: list[dict[str, Any]] | None = None,
 ) -> None:
-    """The two rollups in ``data_dir``'s lake (made here unless ``existing_lake``)."""
+    """The rollups in ``data_dir``'s lake (made here unless ``existing_lake``).
+
+    ``inventory`` and ``alerts``: ``client_inventory_1h`` and ``client_alerts_1h`` too.
+    """
     lake = data_dir / "lake"
     (lake / "warehouse").mkdir(parents=True, exist_ok=existing_lake)
     catalog = SqlCatalog(
@@ -70,9 +104,14 @@ def write_tables(
     )
     if not existing_lake:
         catalog.create_namespace("kip714")
-    for name, schema, rows in (
+    tables: list[tuple[str, pa.Schema, list[dict[str, Any]]]] = [
         ("client_health_1h", HEALTH_SCHEMA, health),
         ("gauges_1m", GAUGES_SCHEMA, gauges),
-    ):
+    ]
+    if inventory is not None:
+        tables.append(("client_inventory_1h", INVENTORY_SCHEMA, inventory))
+    if alerts is not None:
+        tables.append(("client_alerts_1h", ALERTS_SCHEMA, alerts))
+    for name, schema, rows in tables:
         table = catalog.create_table(("kip714", name), schema=schema)
         table.append(pa.Table.from_pylist(rows, schema=schema))

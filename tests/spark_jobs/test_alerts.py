@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from health_rules import load_rules, parse_rules
-from spark_jobs.rollups import alert_points, client_alerts
+from spark_jobs.rollups import alert_points, client_alerts, push_times
 from tests.spark_jobs.support import assert_rows, at, frame, point
 
 if TYPE_CHECKING:
@@ -44,16 +45,6 @@ threshold = 1
 for_s = 0
 severity = "critical"
 meaning = "known-bad librdkafka"
-
-[[rule]]
-name = "stopped"
-metric = "kip714.client.push_age_intervals"
-aggregation = "last"
-op = ">"
-threshold = 3
-for_s = 0
-severity = "warning"
-meaning = "not evaluated in the lake"
 
 [[known_bad]]
 library = "librdkafka"
@@ -122,3 +113,90 @@ def test_the_shipped_rules_evaluate_and_stay_silent_on_healthy_clients(spark: Sp
     assert [field.name for field in alerts.schema.fields][-4:] == [
         "first_fired", "last_fired", "value", "threshold"
     ]  # fmt: skip
+
+
+STOPPED = parse_rules(
+    """
+[[rule]]
+name = "stopped"
+metric = "kip714.client.push_age_intervals"
+aggregation = "last"
+op = ">"
+threshold = 3
+for_s = 0
+severity = "warning"
+meaning = "no push for over 3 intervals"
+""",
+    "test",
+)
+
+
+def test_a_silence_over_three_push_intervals_fires_until_the_next_push_or_the_lake_s_end(
+    spark: SparkSession,
+) -> None:
+    """Push intervals are measured per client: the median gap between its pushes."""
+    gap = {"client_id": "gap", "client_instance_id": "ig", **GOOD}
+    quit_ = {"client_id": "quit", "client_instance_id": "iq", **GOOD}
+    hung = {"client_id": "hung", "client_instance_id": "ih", **GOOD}
+    steady = {"client_id": "steady", "client_instance_id": "is", **GOOD}
+
+    def sec(s: int) -> datetime:
+        return at(s // 60, s % 60)
+
+    rows = [
+        # gap: every 10 s, but silent from 00:30 to 01:40 (7 intervals), then on to 03:00.
+        *(point(time=sec(s), metric_name=THROTTLE, value=0.0, **gap)
+          for s in (0, 10, 20, 30, *range(100, 181, 10))),
+        # quit: every 10 s up to 00:50, its last push terminating: never fires.
+        *(point(time=sec(s), metric_name=THROTTLE, value=0.0, terminating=s == 50, **quit_)
+          for s in range(0, 51, 10)),
+        # hung: every 20 s up to 00:40, then nothing while others push on (to 03:00).
+        *(point(time=sec(s), metric_name=THROTTLE, value=0.0, **hung) for s in (0, 20, 40)),
+        # steady: every 10 s to 03:00 (the lake's end), two points per push.
+        *(point(time=sec(s), metric_name=name, value=0.0, **steady)
+          for s in range(0, 181, 10) for name in (THROTTLE, LATENCY)),
+    ]  # fmt: skip
+    points = frame(spark, rows)
+    alerts = client_alerts(alert_points(points, STOPPED), STOPPED, push_times(points))
+    fired = {
+        row["client_id"]: (row["first_fired"], row["last_fired"], round(row["value"], 6))
+        for row in alerts.collect()
+    }
+    utc = {k: (a.replace(tzinfo=UTC), b.replace(tzinfo=UTC), v) for k, (a, b, v) in fired.items()}
+    assert utc == {
+        "gap": (at(1), at(1, 40), 7.0),  # 00:30 + 3 x 10 s, until the next push
+        "hung": (at(1, 40), at(3), 7.0),  # 00:40 + 3 x 20 s, until the lake's last point
+    }
+
+
+def test_each_shipped_rule_fires_on_data_that_breaks_it_and_on_nothing_else(
+    spark: SparkSession,
+) -> None:
+    """One breaking client and one healthy client per shipped rule, all pushing every 30 s."""
+    rules = load_rules()
+    bad = {"client_software_name": "librdkafka", "client_software_version": "2.6.0"}
+    span = range(0, 2 * 1800 + 1, 30)  # two of the longest rule window (900 s), and more
+    rows = []
+    for rule in rules.rules:
+        metric, worse, fine = rule.metric.replace("*", "producer"), 0.0, 0.0
+        software, pushed = GOOD, list(span)
+        if rule.name == "software_known_bad":
+            metric, software = THROTTLE, bad
+        elif rule.name == "client_stopped_pushing":
+            metric, pushed = THROTTLE, [s for s in span if s < 600]  # then silent
+        else:
+            worse = rule.threshold / 2 if rule.op == "<" else rule.threshold * 2 + 1
+            fine = (rule.threshold + 1) / 2 if rule.op == "<" else 0.0
+        breaking = {"client_id": f"{rule.name}-bad", "client_instance_id": f"{rule.name}-b"}
+        healthy = {"client_id": f"{rule.name}-ok", "client_instance_id": f"{rule.name}-h"}
+        rows += [_at_second(s, metric_name=metric, value=worse, **breaking, **software)
+                 for s in pushed]  # fmt: skip
+        rows += [_at_second(s, metric_name=metric, value=fine, **healthy, **GOOD) for s in span]
+    points = frame(spark, rows)
+    alerts = client_alerts(alert_points(points, rules), rules, push_times(points))
+    fired = {(row["client_id"], row["rule"]) for row in alerts.collect()}
+    assert fired == {(f"{rule.name}-bad", rule.name) for rule in rules.rules}
+
+
+def _at_second(second: int, **fields: Any) -> dict[str, Any]:
+    return point(time=at(0) + timedelta(seconds=second), **fields)
