@@ -32,7 +32,9 @@ from quotas.mutation_quota import (
     PermissiveControllerMutationQuota,
     StrictControllerMutationQuota,
 )
+from quotas.proposal import BudgetSplit, headroom_quotas, split_budget
 from quotas.registry import Metrics
+from quotas.replay import DemandEvent, ReplayResult, replay
 from quotas.request_quota_manager import (
     NANOS_TO_PERCENTAGE_PER_SECOND,
     RequestQuotaManager,
@@ -67,6 +69,7 @@ __all__ = [
     "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
     "UNLIMITED",
     "Avg",
+    "BudgetSplit",
     "ClientQuotaManager",
     "ClientSensors",
     "ConnectionQuotas",
@@ -74,6 +77,7 @@ __all__ = [
     "ControllerMutationQuota",
     "ControllerMutationQuotaManager",
     "CumulativeSum",
+    "DemandEvent",
     "InvalidQuotaConfigError",
     "Max",
     "MeasurableStat",
@@ -90,6 +94,7 @@ __all__ = [
     "QuotaTypes",
     "QuotaViolationError",
     "Rate",
+    "ReplayResult",
     "RequestQuotaManager",
     "SampledStat",
     "Sensor",
@@ -101,9 +106,12 @@ __all__ = [
     "WindowedCount",
     "WindowedSum",
     "bounded_throttle_time_ms",
+    "headroom_quotas",
     "java_round",
     "nanos_to_percentage",
+    "replay",
     "sanitize",
+    "split_budget",
     "throttle_time_ms",
     "token_bucket_throttle_time_ms",
 ]
