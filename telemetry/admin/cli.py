@@ -116,7 +116,8 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         description=(
             "Describe and change client-metrics subscriptions (KIP-714) on a kip714 server."
             if kind == "subscriptions"
-            else "Describe and change client quotas (users, clients, ips) on a kip714 server."
+            else "Describe and change client quotas (users, clients, ips) on a kip714 server. "
+            "kip714 quotas advise proposes Kafka quotas from the lake (its own --help)."
         ),
     )
     where = parser.add_mutually_exclusive_group()

@@ -329,3 +329,36 @@ def import_command(catalog: Catalog, location: LakeLocation, source: Path, node_
         )
     )
     return 0
+
+
+def lake_rows(
+    config: str | None,
+    data_dir: str | None,
+    metric_names: list[str],
+    span: tuple[dt.datetime | None, dt.datetime | None],
+    columns: Sequence[str],
+) -> list[dict[str, Any]] | None:
+    """``columns`` of the metrics table's rows of ``metric_names`` with ``start <= time < end``.
+
+    ``None`` (after one line on stderr) when there is no lake: for commands that read it,
+    such as ``kip714 quotas advise``. Reads only those columns, and only the files whose
+    statistics can hold such rows.
+    """
+    try:
+        location, directory, _ = _lake_of(config, data_dir)
+        refuse_missing_lake(location, directory)
+        table = _table(open_catalog(location), location, METRICS_TABLE)
+    except (ConfigError, NoSuchTableError, OSError, ValueError, LakeMissingError) as error:
+        print(f"kip714: {error}", file=sys.stderr)
+        return None
+    names = ", ".join("'" + name.replace("'", "''") + "'" for name in metric_names)
+    condition = f"metric_name in ({names})"
+    start, end = span
+    if start is not None:
+        condition += f" and time >= '{start.isoformat()}'"
+    if end is not None:
+        condition += f" and time < '{end.isoformat()}'"
+    rows: list[dict[str, Any]] = (
+        table.scan(row_filter=condition, selected_fields=tuple(columns)).to_arrow().to_pylist()
+    )
+    return rows

@@ -159,6 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rollup(arguments[1:])
     if arguments and arguments[0] == "report":
         return report(arguments[1:])
+    if arguments[:2] == ["quotas", "advise"]:
+        from telemetry.cli import quota_advice  # noqa: PLC0415 - see _DELEGATED
+
+        return quota_advice.main(arguments[2:])
     if arguments and arguments[0] in _DELEGATED:
         module, function = _DELEGATED[arguments[0]].split(":")
         command: Callable[[list[str]], int] = getattr(import_module(module), function)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
-from telemetry.cli import alerts, demo, lake, log, main, meta
+from telemetry.cli import alerts, demo, lake, log, main, meta, quota_advice
 from telemetry.cli.common import location_of
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ COMMANDS: dict[str, Command] = {
     "quotas": Command(_admin("quotas"), ("--describe",), config=True, data_dir=False),
     "demo": Command(demo.build_parser, (), config=False, data_dir=True),
     "alerts": Command(alerts.build_parser, ("prometheus",), config=True, data_dir=False),
+    # A verb with a parser of its own: `kip714 quotas advise`.
+    "quotas advise": Command(quota_advice.build_parser, (), config=True, data_dir=True),
 }
 
 
@@ -81,7 +83,7 @@ def _subcommands() -> set[str]:
 
 
 def test_the_table_covers_every_subcommand_kip714_help_lists() -> None:
-    assert set(COMMANDS) == _subcommands()
+    assert {name for name in COMMANDS if " " not in name} == _subcommands()
 
 
 def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -1,0 +1,123 @@
+"""``kip714 quotas advise``: proposals from the rates clients pushed, replayed through Kafka's
+quota algorithm (issue 42's first part: the Kafka quotas; kip714's own push quotas need the
+push sizes in the lake, which it does not hold yet)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+
+from exporters.iceberg.lake import open_catalog, open_table
+from exporters.iceberg.schema import METRICS_TABLE, lake_metrics_schema
+from exporters.iceberg.settings import lake_location
+from telemetry.cli.main import main
+from telemetry.cli.quota_advice import advise, demand_of
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+T0 = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.UTC)
+OUT = "org.apache.kafka.producer.outgoing.byte.rate"
+IN = "org.apache.kafka.consumer.incoming.byte.rate"
+CONNECTIONS = "org.apache.kafka.producer.connection.creation.rate"
+JAVA = {"client_software_name": "apache-kafka-java", "client_software_version": "4.4.0"}
+RDKAFKA = {"client_software_name": "librdkafka", "client_software_version": "2.16.0"}
+
+
+def _row(
+    second: int, metric: str, value: float, client: str, user: str, **more: Any
+) -> dict[str, Any]:
+    return {
+        "time": T0 + dt.timedelta(seconds=second),
+        "metric_name": metric,
+        "metric_type": "gauge",
+        "value": value,
+        "client_id": client,
+        "client_instance_id": f"{client}-instance",
+        "principal": f"User:{user}",
+        **more,
+    }
+
+
+def _rows() -> list[dict[str, Any]]:
+    rows = []
+    for second in range(0, 600, 10):  # ten minutes, a push every 10 s
+        minute = second // 60
+        # p1 (alice) sends 1,000 B/s, 4,000 B/s in minute 3; p2 (bob) 2,000 B/s, 500 in minute 3.
+        rows.append(_row(second, OUT, 4000.0 if minute == 3 else 1000.0, "p1", "alice", **JAVA))
+        rows.append(_row(second, OUT, 500.0 if minute == 3 else 2000.0, "p2", "bob", **JAVA))
+        rows.append(_row(second, IN, 300.0, "c1", "alice", **JAVA))
+        rows.append(_row(second, CONNECTIONS, 0.0, "rd", "carol", **RDKAFKA))
+    return rows
+
+
+def test_peaks_proposals_and_replay_per_user_and_client_id() -> None:
+    rows = _rows()
+    demand = demand_of(
+        [r for r in rows if r["metric_name"] in (OUT, IN)],
+        [r for r in rows if r["metric_name"] == CONNECTIONS],
+        60_000,
+    )
+    assert demand.silent == {("carol", "rd"): "librdkafka 2.16.0"}
+    advice, arithmetic = advise(demand, headroom=1.5)
+    assert arithmetic == []
+    by_entity = {a.entity: a for a in advice}
+    p1 = by_entity[("producer_byte_rate", "alice", "p1")]
+    assert (p1.peak, p1.proposal) == (4000.0, 6000.0)
+    assert p1.replayed.throttled_events == 0  # 1.5 x the peak: never throttled
+    assert by_entity[("consumer_byte_rate", "alice", "c1")].proposal == pytest.approx(450.0)
+    # A budget of 3,000 B/s for produce: the concurrent peak is 3,000 (minutes other than 3)
+    # or 4,500 (minute 3); the sum of peaks is 6,000, so each peak x 3,000 / 4,500.
+    advice, arithmetic = advise(demand, headroom=1.5, budget=3000.0)
+    by_entity = {a.entity: a for a in advice}
+    assert by_entity[("producer_byte_rate", "alice", "p1")].proposal == pytest.approx(2666.6667)
+    assert by_entity[("producer_byte_rate", "bob", "p2")].proposal == pytest.approx(1333.3333)
+    assert any("P = 4,500 B/s" in line and "1.33 x B" in line for line in arithmetic)
+    # Under its budget share p1's minute at 4,000 B/s is throttled, bob's steady 2,000 is too.
+    assert by_entity[("producer_byte_rate", "alice", "p1")].replayed.throttled_events > 0
+    assert by_entity[("producer_byte_rate", "bob", "p2")].replayed.max_throttle_ms > 0
+
+
+def test_the_command_reads_the_lake_and_prints_a_line_per_entity_and_the_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    location = lake_location({}, data)
+    table = open_table(open_catalog(location), location.namespace, METRICS_TABLE)
+    schema = lake_metrics_schema()
+    table.append(pa.Table.from_pylist(_rows(), schema=schema))
+
+    assert main(["quotas", "advise", "--data-dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "3 quota entities with an observed rate, 1 without" in out
+    lines = out.splitlines()
+    p1 = next(line for line in lines if line.startswith("producer_byte_rate") and " p1 " in line)
+    assert p1.split()[3:5] == ["4,000", "6,000"]
+    assert any("no observed rate" in line and "rd" in line for line in lines)
+    assert (
+        "--add-config producer_byte_rate=6000 --entity-type users --entity-name alice "
+        "--entity-type clients --entity-name p1" in out
+    )
+    # A range without the peak minute.
+    window = ["--from", "2026-11-25T10:05", "--to", "2026-11-25T10:10"]
+    assert main(["quotas", "advise", "--data-dir", str(data), *window]) == 0
+    p1 = next(
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("producer_byte_rate") and " p1 " in line
+    )
+    assert p1.split()[3] == "1,000"
+
+
+def test_bad_arguments_and_a_missing_lake_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["quotas", "advise", "--data-dir", str(tmp_path), "--headroom", "0.5"]) == 2
+    assert "--headroom must be at least 1" in capsys.readouterr().err
+    assert main(["quotas", "advise", "--data-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no lake at" in err
+    assert not (tmp_path / "none").exists()
