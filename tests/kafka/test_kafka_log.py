@@ -11,6 +11,8 @@ import asyncio
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -150,6 +152,17 @@ def topic_records(broker: KafkaBroker, topic: str) -> list[LoggedPush]:
         consumer.close()
 
 
+def kip714_log(process: ServeProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    assert process.config_path is not None
+    return subprocess.run(
+        [
+            sys.executable, "-m", "telemetry", "log", *args,
+            "--config", str(process.config_path), "--data-dir", str(process.data_dir),
+        ],
+        capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def exported_client_ids(process: ServeProcess) -> list[str]:
     """The ``client_id`` of every row the jsonl exporter wrote (one data point per push)."""
     path = process.data_dir / "jsonl" / "lines.jsonl"
@@ -195,6 +208,19 @@ def test_the_topic_is_created_at_start_keyed_by_instance_and_exported(
             SOON_S,
             "the group's lag per partition comes down to 0",
         )
+        status = kip714_log(process, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        document = json.loads(status.stdout)
+        assert len(document["partitions"]) == 12
+        lines = document["exporters"]["lines"]
+        assert (lines["group"], lines["lag"]) == ("kip714-lines-kip714", 0)
+        assert sum(p["committed"] or 0 for p in lines["partitions"].values()) == 20
+        text = kip714_log(process, "status")
+        assert "exporter lines (group kip714-lines-kip714): lag 0" in text.stdout
+        skip = kip714_log(process, "skip", "--exporter", "lines", "--to", "0")
+        assert skip.returncode == 2
+        [line] = skip.stderr.splitlines()
+        assert "kafka-consumer-groups.sh --reset-offsets" in line
     finally:
         assert process.stop() == 0
     assert any("left group kip714-lines-kip714" in line for line in process.lines), process.lines[
