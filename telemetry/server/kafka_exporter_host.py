@@ -86,6 +86,9 @@ class KafkaExporterHost(ExporterHost):
         self._calls = threading.Lock()
         #: Taken from the consumer, not yet exported (a failed export retries it).
         self._batch: list[LoggedPush] = []
+        #: Undecodable records taken with ``_batch``: the next offset past them per partition,
+        #: committed only once the batch is exported (a push before them must not be skipped).
+        self._skipped: dict[int, int] = {}
         #: Exported (or skipped), not yet committed: the next offset per partition.
         self._to_commit: dict[int, int] = {}
         #: The next offset to export per assigned partition (committed, or taken and skipped).
@@ -122,10 +125,12 @@ class KafkaExporterHost(ExporterHost):
             await self._commit_exported()
         if not self._batch:
             self._doing = f"reading {self.topic} as group {self.group}"
-            self._batch = await asyncio.to_thread(self._take)
-            if self._to_commit:  # only undecodable records: committed past at once
-                await self._commit_exported()
+            self._batch, self._skipped = await asyncio.to_thread(self._take)
             if not self._batch:
+                if self._skipped:  # only undecodable records: committed past at once
+                    self._to_commit.update(self._skipped)
+                    self._skipped = {}
+                    await self._commit_exported()
                 if self._stopping.is_set():
                     return False
                 if self.lag == 0:
@@ -137,6 +142,9 @@ class KafkaExporterHost(ExporterHost):
         self._batch = []
         for push in batch:
             self._to_commit[push.partition] = push.offset + 1
+        for partition, offset in self._skipped.items():
+            self._to_commit[partition] = max(self._to_commit.get(partition, 0), offset)
+        self._skipped = {}
         await self._commit_exported()
         return True
 
@@ -169,22 +177,23 @@ class KafkaExporterHost(ExporterHost):
 
     # -- on the consumer's thread -------------------------------------------------------------
 
-    def _take(self) -> list[LoggedPush]:
-        """One batch of decoded pushes (waiting up to ``_CONSUME_WAIT_S``); lags refreshed."""
+    def _take(self) -> tuple[list[LoggedPush], dict[int, int]]:
+        """Decoded pushes (waiting up to ``_CONSUME_WAIT_S``), and past what undecodable ones."""
         with self._calls:
             consumer = self._consumer
             if consumer is None:
-                return []
+                return [], {}
             messages = consumer.consume(self.settings.batch_max_records, _CONSUME_WAIT_S)
             batch: list[LoggedPush] = []
+            skipped: dict[int, int] = {}
             for message in messages:
-                push = self._decoded(message)
+                push = self._decoded(message, skipped)
                 if push is not None:
                     batch.append(push)
             self._refresh_lags(consumer)
-            return batch
+            return batch, skipped
 
-    def _decoded(self, message: Message) -> LoggedPush | None:
+    def _decoded(self, message: Message, skipped: dict[int, int]) -> LoggedPush | None:
         error = message.error()
         partition, offset = message.partition(), message.offset()
         if partition is None or offset is None:
@@ -199,7 +208,7 @@ class KafkaExporterHost(ExporterHost):
             return decode_record(message.value(), partition, offset)
         except FrameError as failure:
             self.undecodable += 1
-            self._to_commit[partition] = offset + 1
+            skipped[partition] = offset + 1
             _log.error(
                 "exporter %s: skipping %s partition %d offset %d, it does not decode: %s",
                 self.name,
