@@ -263,6 +263,11 @@ class KafkaPushLog:
         return self._topic
 
     @property
+    def token(self) -> str:
+        """Where pushes go, as one word of the serving line: ``kafka:TOPIC@BOOTSTRAP``."""
+        return f"kafka:{self._topic}@{self._cluster.bootstrap_servers}"
+
+    @property
     def location(self) -> str:
         return f"topic {self._topic} at {self._cluster.bootstrap_servers}"
 

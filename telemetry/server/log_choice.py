@@ -99,7 +99,7 @@ def exporter_host(
 def log_location(settings: Settings, kafka_log: KafkaPushLog | None) -> str:
     """Where pushes go, as one token of the serving line."""
     if kafka_log is not None:
-        return kafka_log.location.replace(" ", ":")
+        return kafka_log.token
     return os.path.abspath(settings.log_dir)
 
 
