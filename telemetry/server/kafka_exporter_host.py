@@ -11,8 +11,8 @@ The loop, its backoff, readiness and the bounded stop are
 what touches the log. The consumer is called from one thread at a time
 (``_calls``): a batch is taken (``consume`` serves rebalances, on that
 thread), exported, then its next offsets are committed per partition
-before the next ``consume``, so a partition is only ever revoked with
-everything taken from it exported and committed. A record that does not
+before the next ``consume``, so while the cluster answers, a partition is
+only revoked with everything taken from it exported and committed. A record that does not
 decode is counted, named in the log, and committed past: it never stalls
 the group.
 """
@@ -121,31 +121,35 @@ class KafkaExporterHost(ExporterHost):
     # -- the feeding loop (ExporterHost._run calls _step) -------------------------------------
 
     async def _step(self) -> bool:
-        if self._to_commit:
-            await self._commit_exported()
+        """Take a batch (unless one waits for a retry), export it, commit what is exported.
+
+        ``consume`` comes first in every step that holds no batch, even while
+        commits fail: the consumer rejoins its group only when polled (after
+        the coordinator moved or restarted), and a commit cannot succeed
+        before. A partition revoked meanwhile drops its uncommitted offsets:
+        its new owner exports those pushes again (at least once).
+        """
         if not self._batch:
             self._doing = f"reading {self.topic} as group {self.group}"
             self._batch, self._skipped = await asyncio.to_thread(self._take)
-            if not self._batch:
-                if self._skipped:  # only undecodable records: committed past at once
-                    self._to_commit.update(self._skipped)
-                    self._skipped = {}
-                    await self._commit_exported()
-                if self._stopping.is_set():
-                    return False
-                if self.lag == 0:
-                    self._progress_at = self._clock()  # caught up: nothing can be stalled
-                return True
         batch = self._batch
-        self._doing = f"exporting {len(batch)} pushes of {self.topic}"
-        await self._export(batch)
-        self._batch = []
-        for push in batch:
-            self._to_commit[push.partition] = push.offset + 1
-        for partition, offset in self._skipped.items():
+        if batch:
+            self._doing = f"exporting {len(batch)} pushes of {self.topic}"
+            await self._export(batch)
+            self._batch = []
+            for push in batch:
+                self._to_commit[push.partition] = push.offset + 1
+        for partition, offset in self._skipped.items():  # past undecodable records
             self._to_commit[partition] = max(self._to_commit.get(partition, 0), offset)
         self._skipped = {}
-        await self._commit_exported()
+        if self._to_commit:
+            await self._commit_exported()
+        if batch:
+            return True
+        if self._stopping.is_set():
+            return False
+        if self.lag == 0:
+            self._progress_at = self._clock()  # caught up: nothing can be stalled
         return True
 
     def _rewind(self) -> bool:
