@@ -207,17 +207,16 @@ class KafkaPushLog:
         """
         if self._closing:
             raise LogClosedError("ingest log is closed")
-        size = len(payload) if decompressed_size < 0 else decompressed_size
-        if size > self._max_frame or len(payload) > self._max_frame:
-            raise RecordTooLargeError(
-                f"payload of {max(size, len(payload))} bytes exceeds {self._max_frame}"
-            )
         unavailable = self._unavailable
         if unavailable is not None:
             raise self._refuse(unavailable)
         head, length = encode_frame(0, context, payload, compression, decompressed_size)
-        if length > self._max_frame:
-            raise RecordTooLargeError(f"record of {length} bytes exceeds {self._max_frame}")
+        size = len(payload) if decompressed_size < 0 else decompressed_size
+        decoded = length - len(payload) + size  # the record as exporters get it
+        if max(length, decoded) > self._max_frame:
+            raise RecordTooLargeError(
+                f"record of {max(length, decoded)} bytes exceeds {self._max_frame}"
+            )
         future: asyncio.Future[None] = self._loop.create_future()
         started = time.perf_counter()
 

@@ -20,7 +20,6 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
-import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
@@ -29,11 +28,11 @@ from confluent_kafka.admin._resource import ResourceType
 from telemetry.errors import ErrorCode
 from telemetry.ingest.kafka_log import decode_record
 from tests.kafka.kafka_dist import KafkaBroker
-from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
+from tests.telemetry.kafka_wire_client import WireClient, fresh_push
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
     from exporters.api import LoggedPush
@@ -56,18 +55,6 @@ full_throttle_ms = 700
 LINES = '[exporters.lines]\ntype = "jsonl"\n'
 #: A generous bound for what must happen "soon" (a rebalance takes up to the session timeout).
 SOON_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def broker(
-    tmp_path_factory: pytest.TempPathFactory, kafka_jars: Path, broker_plugin_jar: Path
-) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("broker"), kafka_jars, broker_plugin_jar, {})
-    try:
-        yield broker.start()
-        broker.stop()
-    finally:
-        broker.kill()
 
 
 def node(
@@ -105,16 +92,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 
 async def push_as(process: ServeProcess, client_id: str) -> PushTelemetryResponse:
     """A fresh client instance of ``client_id``: GET, then one push of one data point."""
-    client = await WireClient.connect(*process.kafka, client_id)
-    try:
-        subscribed = await client.subscribe()
-        return await client.push(
-            subscribed.client_instance_id,
-            subscribed.subscription_id,
-            otlp_payload("org.apache.kafka.producer.bytes", points=1),
-        )
-    finally:
-        await client.close()
+    return await fresh_push(process.kafka, client_id)
 
 
 async def subscribes(process: ServeProcess) -> bool:

@@ -15,7 +15,7 @@ from telemetry.errors import ConfigError, ErrorCode
 from telemetry.ingest.config import LogConfig, parse_log
 from telemetry.server.config import settings_from_mapping
 from tests.kafka.kafka_dist import free_port
-from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
+from tests.telemetry.kafka_wire_client import fresh_push
 from tests.telemetry.serve_process import ServeProcess
 
 KAFKA = {"store": "kafka", "bootstrap_servers": "k1:9092,k2:9092"}
@@ -120,26 +120,13 @@ def test_serve_exits_2_with_one_line_when_the_cluster_does_not_answer_in_time(
     assert "within 1 s" in lines[0]
 
 
-async def _push(process: ServeProcess) -> ErrorCode:
-    client = await WireClient.connect(*process.kafka, "before-the-move")
-    try:
-        subscribed = await client.subscribe()
-        answer = await client.push(
-            subscribed.client_instance_id,
-            subscribed.subscription_id,
-            otlp_payload("org.apache.kafka.producer.bytes"),
-        )
-        return ErrorCode(answer.error_code)
-    finally:
-        await client.close()
-
-
 def test_a_local_log_with_unexported_pushes_refuses_the_move_to_kafka(tmp_path: Path) -> None:
     """No exporter took the pushes of the local log: moving to Kafka would strand them."""
     data_dir = tmp_path / "data"
     local = ServeProcess(data_dir, "[exporters.landing]\nenabled = false\n").start()
     try:
-        assert asyncio.run(_push(local)) == ErrorCode.NONE
+        answer = asyncio.run(fresh_push(local.kafka, "before-the-move"))
+        assert answer.error_code == ErrorCode.NONE
     finally:
         assert local.stop() == 0
     unreachable = f"127.0.0.1:{free_port()}"  # refused before the cluster is asked
