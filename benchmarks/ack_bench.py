@@ -29,6 +29,14 @@ the server, which the output states.
     python3 benchmarks/ack_bench.py                 # full run, about 1 minute
     python3 benchmarks/ack_bench.py --quick         # smoke run
     python3 benchmarks/ack_bench.py --duration 20 --processes 2 --connections 200
+    python3 benchmarks/ack_bench.py --log both      # local log, then the log in Kafka
+
+``--log kafka`` (or ``both``: the local log first, then Kafka, in one run)
+starts a real Kafka broker (``tests/kafka/kafka_dist.py``, cached jars) and
+runs the closed and open loops against ``[log] store = "kafka"`` (pushes
+acknowledged after ``acks=all``; the landing off, as that mode requires);
+``both`` ends with the Kafka log's acknowledged pushes/s as a share of the
+local log's, and its p99.
 """
 
 from __future__ import annotations
@@ -92,8 +100,18 @@ QUOTAS_EVERY_CLIENT: Final = (
 )
 
 
-def server_config(cache_size: int, exporters: str, quotas: bool = False) -> str:
-    """A subscription at Kafka's minimum interval, so the push gate never limits the load."""
+def server_config(
+    cache_size: int, exporters: str, quotas: bool = False, kafka_log: str | None = None
+) -> str:
+    """A subscription at Kafka's minimum interval, so the push gate never limits the load.
+
+    ``kafka_log``: the bootstrap servers of a ``[log] store = "kafka"`` (the landing off).
+    """
+    log = (
+        [f'store = "kafka"\nbootstrap_servers = "{kafka_log}"\ntopic = "_kip714_bench"']
+        if kafka_log is not None
+        else [f"max_bytes = {64 * 1024 * MIB}"]  # no exporter consumes: keep every push
+    )
     lines = [
         "[subscriptions.bench]",
         'metrics = ["*"]',
@@ -103,10 +121,10 @@ def server_config(cache_size: int, exporters: str, quotas: bool = False) -> str:
         f"instance_cache_size = {cache_size}",
         "",
         "[log]",
-        f"max_bytes = {64 * 1024 * MIB}",  # no exporter consumes: keep every push
+        *log,
         "",
     ]
-    if exporters == "none":
+    if exporters == "none" or kafka_log is not None:
         # None: the acknowledgement path only (exporters add to the landing, so turn it off).
         lines += ["[exporters.landing]", "enabled = false"]
     return "\n".join(lines) + "\n" + (QUOTAS_EVERY_CLIENT if quotas else "")
@@ -171,9 +189,10 @@ class Kip714Server:
         *,
         quotas: bool = False,
         profile_to: Path | None = None,
+        kafka_log: str | None = None,
     ) -> None:
         config = workdir / "kip714.toml"
-        config.write_text(server_config(cache_size, exporters, quotas))
+        config.write_text(server_config(cache_size, exporters, quotas, kafka_log))
         #: With ``profile_to``, the server runs under ``_cpu_profile.py``: see :meth:`profile`.
         self.profile_to = profile_to
         launcher = (
@@ -429,6 +448,12 @@ def run_window(
     return result, window
 
 
+def _fsyncs(per_s: float, average_s: float, appends: float) -> str:
+    if not per_s:
+        return "no fsyncs (the log in Kafka)"
+    return f"{per_s:,.0f} fsyncs/s (avg {_ms(average_s)}, {appends / per_s:.1f} pushes each)"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
@@ -551,8 +576,7 @@ def phase_closed(args: argparse.Namespace, server: Kip714Server, figures: Figure
     print(
         f"{'kip714 closed loop':<30}: {result.rate:,.0f} acknowledged pushes/s"
         f" ({share:.0%} of ceiling) p50 {_ms(p50)} p99 {_ms(p99)},"
-        f" {fsyncs:,.0f} fsyncs/s (avg {_ms(fsync_avg)}, {appends / max(fsyncs, 1e-9):.1f}"
-        f" pushes each), log appends {appends:,.0f}/s, {_refused(result)}"
+        f" {_fsyncs(fsyncs, fsync_avg, appends)}, log appends {appends:,.0f}/s, {_refused(result)}"
         f" ({window.cpu_note(result)}){_checks(result)}",
         flush=True,
     )
@@ -724,8 +748,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="FILE",
         help="py-spy the server during the closed loop, collapsed stacks to FILE (needs py-spy)",
     )
+    parser.add_argument(
+        "--log",
+        choices=("local", "kafka", "both"),
+        default="local",
+        help='the ingest log: local; kafka ([log] store = "kafka" on a broker this run starts,'
+        " closed and open loops only); both: local, then kafka, compared",
+    )
     parser.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
     args = parser.parse_args(argv)
+    if args.log != "local" and (args.check or args.record or args.profile):
+        parser.error("--log kafka/both runs the closed and open loops only")
     if args.quick:
         args.duration = min(args.duration, 2.0)
         args.warmup = min(args.warmup, 0.5)
@@ -798,6 +831,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     figures = Figures()
     phase_ceiling(args, figures)
+    if args.log != "local":
+        return kafka_modes(args, figures)
     with workdir() as path:
         profile_to = Path(args.profile).resolve() / "server.pstats" if args.profile else None
         if profile_to is not None:
@@ -850,6 +885,63 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ratio": round(figures.cpu_ratio, 2),
         "load_average": _load_average(),
     }
+    print("json:", json.dumps(summary), flush=True)
+    return 0
+
+
+def kafka_modes(args: argparse.Namespace, ceiling: Figures) -> int:
+    """The closed and open loops with the local log (``both``), then with the log in Kafka."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/
+    from tests.kafka.kafka_dist import KafkaBroker, kafka_jars, plugin_jar  # noqa: PLC0415
+
+    modes = ["local", "kafka"] if args.log == "both" else ["kafka"]
+    results: dict[str, Figures] = {}
+    with workdir() as path:
+        broker = KafkaBroker(path / "broker", kafka_jars(), plugin_jar(), {}).start()
+        try:
+            for mode in modes:
+                figures = Figures(ceiling=ceiling.ceiling, ceiling_cpu_us=ceiling.ceiling_cpu_us)
+                print(f"-- ingest log: {mode}", flush=True)
+                (path / mode).mkdir()
+                server = Kip714Server(
+                    path / mode,
+                    args.cached_instances,
+                    args.exporters,
+                    quotas=args.quotas,
+                    kafka_log=broker.bootstrap if mode == "kafka" else None,
+                )
+                try:
+                    server.start()
+                    phase_closed(args, server, figures)
+                    phase_open(args, server, figures)
+                finally:
+                    code = server.stop()
+                if code != 0 or server.warnings:
+                    print(f"kip714 serve exited with {code}, {server.warnings} warnings/errors")
+                    for line in server.log_tail[-5:]:
+                        print(f"  {line}")
+                results[mode] = figures
+        finally:
+            broker.stop()
+            broker.kill()
+    summary = {
+        mode: {
+            "closed": round(f.closed_rate),
+            "open": round(f.open_rate),
+            "open_p99_ms": round(f.open_p99 * 1000, 2),
+            "cpu_us": round(f.cpu_us, 1),
+        }
+        for mode, f in results.items()
+    }
+    if "local" in results:
+        local, kafka = results["local"], results["kafka"]
+        share = kafka.closed_rate / local.closed_rate if local.closed_rate else float("nan")
+        print(
+            f"{'kafka log / local log':<30}: {share:.0%} of the acknowledged pushes/s"
+            f" (target >= 50% [{_verdict(share >= 0.5)}]); open-loop p99 {_ms(kafka.open_p99)}"
+            f" (local {_ms(local.open_p99)})",
+            flush=True,
+        )
     print("json:", json.dumps(summary), flush=True)
     return 0
 

@@ -9,7 +9,9 @@ How records reach an exporter:
   client is acknowledged. Each configured exporter consumes that log from its
   own committed position, so a slow or failing exporter never slows
   acknowledgements or the other exporters.
-* Delivery is **at least once, in log order**. The host commits an exporter's
+* Delivery is **at least once, in log order** (per partition when the log
+  is a Kafka topic, ``[log] store = "kafka"``: one client instance's pushes
+  stay on one partition, and positions are committed per partition). The host commits an exporter's
   position only after ``export`` returns; a crash or restart between the two
   replays the batch. An exporter that needs exactly-once output deduplicates
   by ``LoggedPush.offset``, which is unique per push within one ingest log
@@ -96,6 +98,10 @@ class LoggedPush:
         broker_id: The Kafka broker a push was forwarded through (the
             forward route), ``None`` for a push kip714 took itself.
         broker_listener: That broker's listener name, ``None`` if unknown.
+        partition: The partition of the log the push is in: always 0 for
+            the local log; with ``[log] store = "kafka"`` the pushes topic's
+            partition, and ``offset`` is the Kafka offset within it (unique
+            per topic id and partition, increasing within a partition).
     """
 
     offset: int
@@ -114,6 +120,7 @@ class LoggedPush:
     payload: bytes
     broker_id: int | None = None
     broker_listener: str | None = None
+    partition: int = 0
 
 
 @runtime_checkable

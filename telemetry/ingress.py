@@ -399,7 +399,7 @@ class Ingress:
             )
         except Exception as error:
             return complete_failed_append(manager, accepted, error, self._refusals, self._door)
-        return Appended(manager, accepted, durable)
+        return Appended(manager, accepted, durable, self._refusals, self._door)
 
     def _decompress(
         self, deferred: DeferredPush, quota: RequestQuota, now_ms: int
@@ -440,14 +440,22 @@ class Appended:
     stopped waiting (:meth:`future` does it for a door that awaits).
     """
 
-    __slots__ = ("accepted", "durable", "manager")
+    __slots__ = ("accepted", "door", "durable", "manager", "refusals")
 
     def __init__(
-        self, manager: TelemetryManager, accepted: AcceptedPush, durable: asyncio.Future[None]
+        self,
+        manager: TelemetryManager,
+        accepted: AcceptedPush,
+        durable: asyncio.Future[None],
+        refusals: RefusalCounter | None = None,
+        door: str = "",
     ) -> None:
         self.manager = manager
         self.accepted = accepted
         self.durable = durable
+        #: Where a refusal the future reports is counted (the log in Kafka refuses there too).
+        self.refusals = refusals
+        self.door = door
 
     def outcome(self) -> PushTelemetryResponse:
         """Record the append's outcome in the manager; the response for the client."""
@@ -455,7 +463,7 @@ class Appended:
         error = asyncio.CancelledError() if durable.cancelled() else durable.exception()
         if error is None:
             return self.manager.complete_push(self.accepted)
-        return complete_failed_append(self.manager, self.accepted, error)
+        return complete_failed_append(self.manager, self.accepted, error, self.refusals, self.door)
 
     def future(self) -> asyncio.Future[PushTelemetryResponse]:
         """The outcome as a future of its own (a door that awaits, and may be cancelled)."""

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from telemetry.ingest.inspection import Damage, LogInspection
+    from telemetry.server.config import Settings
 
 __all__ = ["main"]
 
@@ -80,13 +81,28 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     try:
         config, data_dir_text = location_of(args)
-        data_dir = load_settings(config, data_dir=data_dir_text).data_dir
+        settings = load_settings(config, data_dir=data_dir_text)
+        data_dir = settings.data_dir
+        if settings.log.store == "kafka":
+            return _kafka(settings, args)
         if args.command == "status":
             return status(data_dir, as_json=args.json)
         return skip(data_dir, args.exporter, args.to)
     except (LogCommandError, DataDirLockedError, ConfigError, OSError, ValueError) as error:
         print(f"{_PROG} {args.command}: {error}", file=sys.stderr)
         return 2
+
+
+def _kafka(settings: Settings, args: argparse.Namespace) -> int:
+    """The log is the pushes topic: its groups' lag per partition; ``skip`` refused."""
+    from telemetry.cli import log_kafka  # noqa: PLC0415 - confluent-kafka loads only here
+
+    if args.command != "status":
+        raise LogCommandError(log_kafka.SKIP_REFUSAL)
+    try:
+        return log_kafka.status(settings, as_json=args.json)
+    except log_kafka.KafkaStatusError as error:
+        raise LogCommandError(str(error)) from None
 
 
 def status(data_dir: Path, *, as_json: bool) -> int:

@@ -250,7 +250,7 @@ class ForwardHandler:
             results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
             for (index, _), result in zip(pending, results, strict=True):
                 if isinstance(result, BaseException):
-                    code, wait_ms = _refused(result)
+                    code, wait_ms = _refused(result, self._refusals)
                     codes[index] = code
                     throttle_ms = max(throttle_ms, wait_ms)
         self.stats.answers.update(ErrorCode(code) for code in codes)

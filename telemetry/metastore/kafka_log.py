@@ -48,6 +48,7 @@ from telemetry.metastore.kafka_topic import (
     PARTITION,
     ClientLog,
     MetadataLogTimeoutError,
+    client_log,
     ensure_topic,
 )
 from telemetry.metastore.store import MetadataStoreClosedError, MetadataStoreFailedError
@@ -116,11 +117,7 @@ class KafkaMetadataLog:
         self._interrupted = False
         self._failure: str | None = None
         self._thread: threading.Thread | None = None
-        common: dict[str, Any] = {
-            **settings.client_config(),
-            "logger": client_log,
-            "error_cb": client_log.error,
-        }
+        common: dict[str, Any] = {**settings.client_config(), **client_log.callbacks()}
         self._consumer = Consumer(
             {
                 **common,
@@ -156,15 +153,15 @@ class KafkaMetadataLog:
             MetadataStoreError: the topic exists with more than one partition.
         """
         deadline = time.monotonic() + settings.startup_timeout_s
-        client_log = ClientLog()
-        ensure_topic(settings, client_log, deadline)
-        log = cls(settings, client_log, check)
+        log_of_clients = client_log()
+        ensure_topic(settings, log_of_clients, deadline)
+        log = cls(settings, log_of_clients, check)
         try:
             log._catch_up(deadline)
         except BaseException:
             log._release_clients()
             raise
-        client_log.opened = True
+        log_of_clients.opened = True
         log._thread = threading.Thread(target=log._follow, name="kip714-metadata-log", daemon=True)
         log._thread.start()
         _log.info(

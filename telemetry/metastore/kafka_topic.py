@@ -1,26 +1,30 @@
-"""The metadata topic itself, and what its librdkafka clients log.
+"""The metadata topic itself: one partition, compacted, replicated as the cluster allows.
 
-``ensure_topic`` creates the topic a shared store needs if it is missing:
-one partition (one order for every change), compacted (the last message of
-each entity is kept), replicated as the cluster allows.
+``ensure_topic`` creates the topic a shared store needs if it is missing
+(``telemetry.cluster.topics`` does the asking and creating; this module says
+what the metadata topic must be).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
-from confluent_kafka.cimpl import NewTopic
 
+from telemetry.cluster import topics as cluster_topics
+from telemetry.cluster.topics import ClientLog, ClusterError, ClusterTimeoutError, TopicLayout
 from telemetry.metastore.store import MetadataStoreError
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._metadata import TopicMetadata
+
     from telemetry.metastore.settings import MetaSettings
+
+__all__ = ["PARTITION", "ClientLog", "MetadataLogTimeoutError", "client_log", "ensure_topic"]
 
 _log = logging.getLogger(__name__)
 
@@ -31,102 +35,49 @@ class MetadataLogTimeoutError(MetadataStoreError):
     """The topic could not be read to its end (or a change confirmed) in time."""
 
 
-class ClientLog:
-    """librdkafka's log lines and errors, quiet (debug) until the store is open.
-
-    A start that fails must end with its one error line, not the client's
-    connection attempts before it.
-    """
-
-    def __init__(self) -> None:
-        self.opened = False
-        self.fatal: KafkaError | None = None
-        self._logger = logging.getLogger("telemetry.metastore.kafka_log.client")
-
-    def log(self, level: int, message: str, *args: object) -> None:
-        """librdkafka's ``logger`` callback (served by poll / flush).
-
-        At most a warning: the client retries what it logs as an error (a
-        broker down), and what does fail reaches the appends as their error.
-        """
-        shown = min(level, logging.WARNING) if self.opened else logging.DEBUG
-        self._logger.log(shown, message, *args)
-
-    def error(self, error: KafkaError) -> None:
-        """librdkafka's ``error_cb``: most are transient (a broker down, a timeout)."""
-        if error.fatal():
-            self.fatal = error
-            self._logger.error("metadata log client: fatal error: %s", error)
-            return
-        self._logger.log(
-            logging.WARNING if self.opened else logging.DEBUG, "metadata log client: %s", error
-        )
+def client_log() -> ClientLog:
+    """The log of the metadata store's clients (``telemetry.cluster.topics.ClientLog``)."""
+    return ClientLog("metadata log", "telemetry.metastore.kafka_log.client")
 
 
-def ensure_topic(settings: MetaSettings, client_log: ClientLog, deadline: float) -> None:
+def ensure_topic(settings: MetaSettings, log: ClientLog, deadline: float) -> None:
     """Create the topic (one partition, compacted, replicated as the cluster allows) if missing.
 
     Raises:
         MetadataLogTimeoutError: the cluster did not answer in time.
         MetadataStoreError: the topic exists with another partition count, or creation failed.
     """
-    config: dict[str, Any] = {
-        **settings.client_config(),
-        "logger": client_log,
-        "error_cb": client_log.error,
-    }
-    admin = AdminClient(config)
-    topic = settings.topic
-    where = f"topic {topic} at {settings.bootstrap_servers}"
+    where = f"topic {settings.topic} at {settings.bootstrap_servers}"
 
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise MetadataLogTimeoutError(
-                f"{where}: the cluster did not answer within {settings.startup_timeout_s:g} s"
+    def check(admin: AdminClient, existing: TopicMetadata, timeout_s: float) -> None:
+        if len(existing.partitions) != 1:
+            raise MetadataStoreError(
+                f"{where} has {len(existing.partitions)} partitions: one partition keeps "
+                "every change in one order"
             )
-        return left
+        _refuse_expiry(admin, settings.topic, where, timeout_s)
 
-    while True:
-        try:
-            metadata = admin.list_topics(timeout=remaining())  # all topics: never auto-creates
-        except KafkaException:
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-            continue
-        existing = metadata.topics.get(topic)
-        if existing is not None and existing.error is None:
-            if len(existing.partitions) != 1:
-                raise MetadataStoreError(
-                    f"{where} has {len(existing.partitions)} partitions: one partition keeps "
-                    "every change in one order"
-                )
-            _refuse_expiry(admin, topic, where, remaining())
-            return
-        replicas = min(3, max(1, len(metadata.brokers)))
-        configs: dict[str, Any] = {
+    layout = TopicLayout(
+        partitions=1,
+        # With three replicas an acknowledged change is on at least two.
+        configs=lambda replicas: {
             "cleanup.policy": "compact",
-            # With three replicas an acknowledged change is on at least two.
             "min.insync.replicas": "2" if replicas >= 3 else "1",
-        }
-        created = admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=replicas, config=configs)],
-            request_timeout=min(remaining(), 15.0),
-        )
-        try:
-            created[topic].result(timeout=remaining())
-        except KafkaException as error:
-            kafka_error = error.args[0] if error.args else None
-            if isinstance(kafka_error, KafkaError) and kafka_error.code() in (
-                KafkaError.TOPIC_ALREADY_EXISTS,
-                KafkaError.REQUEST_TIMED_OUT,
-                KafkaError._TIMED_OUT,
-            ):
-                continue  # another node created it meanwhile, or ask again
-            raise MetadataStoreError(f"{where}: cannot create it: {kafka_error or error}") from None
+        },
+        check=check,
+    )
+    try:
+        ready = cluster_topics.ensure_topic(settings, settings.topic, layout, log, deadline)
+    except ClusterTimeoutError as error:
+        raise MetadataLogTimeoutError(str(error)) from None
+    except ClusterError as error:
+        raise MetadataStoreError(str(error)) from None
+    if ready.created_replicas is not None:
         _log.info(
-            "created metadata topic %s (1 partition, replication %d, compacted)", topic, replicas
+            "created metadata topic %s (1 partition, replication %d, compacted)",
+            settings.topic,
+            ready.created_replicas,
         )
-        return
 
 
 def _refuse_expiry(admin: AdminClient, topic: str, where: str, timeout_s: float) -> None:

@@ -44,13 +44,13 @@ from telemetry.http.memory import HttpRequestMemory
 from telemetry.http.metrics import HttpConnectionCollector, HttpIngestCollector
 from telemetry.http.routes import RUNNER_OPTIONS
 from telemetry.http.site import GatedTCPSite
-from telemetry.ingest import IngestLog
 from telemetry.ingress import wall_clock_ms
 from telemetry.kafka.authenticator import KafkaSecurity
 from telemetry.kafka.listener import KafkaListener
 from telemetry.metastore import MetadataStoreError
 from telemetry.metastore.opening import open_store, store_location
 from telemetry.security.password_checks import PasswordChecks
+from telemetry.server import log_choice
 from telemetry.server.config import ExporterSettings, Settings, load_settings
 from telemetry.server.data_dir_lock import DataDirLock
 from telemetry.server.exporter_host import CONSUMER_PREFIX, ExporterHost
@@ -77,6 +77,9 @@ if TYPE_CHECKING:
 
     from exporters.api import Exporter
     from telemetry.core.subscriptions import Subscription
+    from telemetry.ingest import IngestLog
+    from telemetry.ingest.kafka_log import KafkaPushLog
+    from telemetry.ingress import PushLog
     from telemetry.metastore.backend import MetadataBackend
 
 _log = logging.getLogger(__name__)
@@ -135,7 +138,9 @@ class Server:
             settings.telemetry, subscriptions=subscription_registry(settings.subscriptions)
         )
         self.enforcement = Enforcement(settings.quotas, settings.limits)
+        #: The ingest log ``[log] store`` names: local (``log``) or in Kafka (``kafka_log``).
         self.log: IngestLog | None = None
+        self.kafka_log: KafkaPushLog | None = None
         self.listener: KafkaListener | None = None
         #: The metadata store applied on top of the file (``telemetry.admin``).
         self.admin: AdminPlane | None = None
@@ -180,12 +185,9 @@ class Server:
         except OSError as error:
             raise StartupError(unusable_data_dir(settings.data_dir, error)) from error
         await self._open_admin_plane()
-        try:
-            self.log = await IngestLog.open(settings.log_dir, settings.log)
-        except (OSError, ValueError) as error:
-            raise StartupError(f"ingest log {settings.log_dir}: {error}") from error
+        push_log = await self._open_log()
         for exporter_settings, exporter in exporters:
-            host = ExporterHost(exporter_settings, exporter, self.log)
+            host = log_choice.exporter_host(exporter_settings, exporter, self.log, settings.log)
             self.hosts.append(host)
             try:
                 await host.start()
@@ -225,7 +227,7 @@ class Server:
         self.listener = KafkaListener(
             settings.kafka,
             self.manager,
-            self.log,
+            push_log,
             enforcement=self.enforcement,
             admin=KafkaAdminHandlers(
                 self.admin,
@@ -253,7 +255,7 @@ class Server:
             *self.listener.advertised_address,
             *self.http_address,
             os.path.abspath(settings.data_dir),
-            os.path.abspath(settings.log_dir),
+            log_choice.log_location(settings, self.kafka_log),
             ",".join(describe_exporter(h.settings) for h in self.hosts) or "none",
             describe_subscriptions(self.manager.subscriptions),
             describe_security(security),
@@ -261,13 +263,22 @@ class Server:
         warn_about_exposure(settings)
         warn_about_unmatched_kinds(settings)
 
+    async def _open_log(self) -> PushLog:
+        """The ingest log ``[log] store`` names: ``<data_dir>/log/`` or the pushes topic."""
+        if self.settings.log.store == "kafka":
+            self.kafka_log = await log_choice.open_kafka_log(self.settings)
+            return self.kafka_log
+        self.log = await log_choice.open_local_log(self.settings)
+        return self.log
+
     async def _start_http(self) -> None:
         """The HTTP listener: health, metrics, the ingestion, forward and admin routes."""
         settings = self.settings
         security = settings.security
         assert self.listener is not None
-        assert self.log is not None
         assert self.admin is not None
+        push_log: PushLog | None = self.log if self.kafka_log is None else self.kafka_log
+        assert push_log is not None
         collector = ServerCollector(
             self.manager,
             self.listener,
@@ -282,7 +293,7 @@ class Server:
         http_quotas = HttpQuotas(self.enforcement.clients)
         ingest = HttpIngest(
             manager=self.manager,
-            log=self.log,
+            log=push_log,
             decompressor=self.listener.decompressor,
             quotas=http_quotas,
             memory=HttpRequestMemory(self.enforcement.request_memory, settings.http.memory_wait_ms),
@@ -295,8 +306,10 @@ class Server:
             from telemetry.metastore.kafka_log_metrics import MetadataLogCollector  # noqa: PLC0415
 
             registry.register(MetadataLogCollector(store_stats))
+        if self.kafka_log is not None:
+            registry.register(log_choice.kafka_log_collector(self.kafka_log, self.hosts))
         forward = ForwardHandler(
-            self.log,
+            push_log,
             settings.forward,
             settings.telemetry.max_decompressed_bytes,
             http_quotas,
@@ -410,6 +423,8 @@ class Server:
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
         if self.log is not None:
             steps.append(("ingest log", self.log.close))
+        if self.kafka_log is not None:
+            steps.append(("ingest log", self.kafka_log.close))
         steps.append(("metadata store", self._close_admin_plane))
         if self._data_dir_lock is not None:
             steps.append(("data directory lock", self._release_data_dir))
@@ -485,8 +500,9 @@ class Server:
 
     def _note_failures(self) -> None:
         """Remember failures of the log and of exporters: they decide the exit status."""
-        if self.log is not None and self.log.failure is not None:
-            self.failures.setdefault("ingest log", f"ingest log failed: {self.log.failure}")
+        log = self.log if self.kafka_log is None else self.kafka_log
+        if log is not None and log.failure is not None:
+            self.failures.setdefault("ingest log", f"ingest log failed: {log.failure}")
         for host in self.hosts:
             if host.failure is not None:
                 self.failures.setdefault(f"exporter {host.name}", host.failure)
@@ -496,7 +512,7 @@ class Server:
         reasons: list[str] = []
         if self.stopping:
             reasons.append("the server is stopping")
-        log = self.log
+        log = self.log if self.kafka_log is None else self.kafka_log
         if log is None or self.listener is None:
             reasons.append("the server is starting")
         elif log.failure is not None:
@@ -549,7 +565,7 @@ class Server:
 
     def health(self) -> dict[str, object]:
         """Liveness with the details: answered while the process runs."""
-        log = self.log
+        log = self.log if self.kafka_log is None else self.kafka_log
         reasons = self.readiness()
         return {
             "ok": not reasons,
@@ -562,7 +578,8 @@ class Server:
 
     async def _unregister_removed_exporters(self) -> None:
         """An exporter gone from the config must not hold back log retention forever."""
-        assert self.log is not None
+        if self.log is None:  # a consumer group of the topic holds nothing back
+            return
         configured = {host.consumer for host in self.hosts}
         for consumer in self.log.consumers():
             if consumer.startswith(CONSUMER_PREFIX) and consumer not in configured:

@@ -246,6 +246,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
     )
     if http.metrics_auth == "admin" and admin.token is None:
         raise ConfigError("http.metrics_auth", "admin", "needs [admin] token (the bearer token)")
+    meta = parse_meta(toml.table("meta", document.get("meta", {})))
     return Settings(
         data_dir=data_dir,
         kafka=kafka,
@@ -265,19 +266,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
                 },
             )
         ),
-        log=parse_log(
-            toml.section(
-                "log",
-                document,
-                {
-                    "segment_bytes",
-                    "max_bytes",
-                    "max_record_bytes",
-                    "full_throttle_ms",
-                    "max_pending_decoded_bytes",
-                },
-            )
-        ),
+        log=parse_log(toml.table("log", document.get("log", {})), meta),
         subscriptions=subscriptions,
         exporters=exporters,
         rollups_retention_hours=_retention_hours(
@@ -288,7 +277,7 @@ def settings_from_mapping(document: Mapping[str, Any]) -> Settings:
         forward=parse_forward(toml.section("forward", document, {"token", "max_request_bytes"})),
         admin=admin,
         security=security,
-        meta=parse_meta(toml.table("meta", document.get("meta", {}))),
+        meta=meta,
         alert_rules=alert_rules_in(document),
     )
 

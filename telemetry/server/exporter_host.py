@@ -85,9 +85,15 @@ class ExporterHost:
         log: IngestLog,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._init_host(settings, exporter, clock)
+        self.log = log
+
+    def _init_host(
+        self, settings: ExporterSettings, exporter: Exporter, clock: Callable[[], float]
+    ) -> None:
+        """What every host has, whichever log feeds it (``KafkaExporterHost`` has no ``log``)."""
         self.settings = settings
         self.exporter = exporter
-        self.log = log
         self.stats = ExporterStats()
         self.consumer = CONSUMER_PREFIX + settings.name
         #: The next offset to read; ``committed`` trails it for buffering exporters.

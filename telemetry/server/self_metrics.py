@@ -60,7 +60,7 @@ class ServerCollector(Collector):
         self,
         manager: TelemetryManager,
         listener: KafkaListener,
-        log: IngestLog,
+        log: IngestLog | None,
         hosts: Sequence[ExporterHost],
         rollup_retention: PeriodicRetention | None = None,
         readiness: Callable[[], list[str]] | None = None,
@@ -181,6 +181,8 @@ class ServerCollector(Collector):
             yield sasl
 
     def _log(self) -> Iterable[Metric]:
+        if self.log is None:  # the log in Kafka: KafkaLogCollector
+            return
         stats = self.log.stats
         yield GaugeMetricFamily(
             "kip714_log_bytes",

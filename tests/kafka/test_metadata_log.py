@@ -43,7 +43,7 @@ from telemetry.metastore.records import encode_batch
 from telemetry.metastore.settings import parse_meta
 from tests.kafka.kafka_dist import KafkaBroker
 from tests.telemetry.admin.admin_support import admin_client, subscription
-from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
+from tests.telemetry.kafka_wire_client import WireClient, fresh_push
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
@@ -74,18 +74,6 @@ startup_timeout_s = 30
 #: The promise under test: a change made on one node is in force on the others within this.
 PROPAGATION_S = 2.0
 HTTP_TIMEOUT_S = 45.0  # longer than a change may wait for the cluster (30 s)
-
-
-@pytest.fixture(scope="module")
-def broker(
-    tmp_path_factory: pytest.TempPathFactory, kafka_jars: Path, broker_plugin_jar: Path
-) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("broker"), kafka_jars, broker_plugin_jar, {})
-    try:
-        yield broker.start()
-        assert broker.stop()
-    finally:
-        broker.kill()
 
 
 @pytest.fixture(scope="module")
@@ -226,16 +214,7 @@ class Writer(threading.Thread):
 
 async def push_once(node: Node, client_id: str) -> PushTelemetryResponse:
     """A fresh client instance of ``client_id``: GET, then one push."""
-    client = await WireClient.connect(*node.process.kafka, client_id)
-    try:
-        subscribed = await client.subscribe()
-        return await client.push(
-            subscribed.client_instance_id,
-            subscribed.subscription_id,
-            otlp_payload("org.apache.kafka.producer.bytes", points=40),
-        )
-    finally:
-        await client.close()
+    return await fresh_push(node.process.kafka, client_id, points=40)
 
 
 async def test_alter_configs_through_node_1_is_what_a_client_of_node_3_gets_next(

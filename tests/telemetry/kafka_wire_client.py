@@ -331,6 +331,22 @@ async def serves_telemetry(server: Server, payload: bytes | None = None) -> bool
     )
 
 
+async def fresh_push(
+    address: tuple[str, int], client_id: str, points: int = 1
+) -> PushTelemetryResponse:
+    """A fresh client instance of ``client_id`` at ``address``: GET, then one push."""
+    client = await WireClient.connect(*address, client_id)
+    try:
+        subscribed = await client.subscribe()
+        return await client.push(
+            subscribed.client_instance_id,
+            subscribed.subscription_id,
+            otlp_payload("org.apache.kafka.producer.bytes", points=points),
+        )
+    finally:
+        await client.close()
+
+
 def otlp_payload(name: str, points: int = 1, scope: str = "kip714-test") -> bytes:
     """A real OTLP ``MetricsData`` encoding with ``points`` gauge metrics named ``name``."""
     metrics = [
