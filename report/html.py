@@ -90,6 +90,7 @@ def render(fleet: Fleet, period: str, sources: str) -> str:
         return "\n".join(body)
     body += _fleet(fleet)
     body += _alerts_section(fleet.alerts)
+    body += _throttled_section(clients)
     body += ['<h2 id="clients">Clients</h2>', _client_table(clients), _CLIENTS_NOTE]
     for index, client in enumerate(clients):
         body += _client_section(index, client, fleet.window)
@@ -163,6 +164,39 @@ def _alert_table(alerts: list[Alert], *, with_client: bool) -> str:
             f'<td class="text">{escape(alert.meaning)}</td></tr>'
         )
     return f'<table class="alerts"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def _throttled_section(clients: list[ClientReport]) -> list[str]:
+    """Where today's quotas bite: every client a broker throttled in the period."""
+    title = '<h2 id="throttled">Throttled clients</h2>'
+    throttled = sorted(
+        (c for c in clients if (c.throttle_max_ms or 0) > 0),
+        key=lambda c: (-(c.throttle_max_ms or 0), c.client_id or ""),
+    )
+    if not throttled:
+        return [
+            title,
+            "<p>No client was throttled in this period (every pushed "
+            "<code>produce.throttle.time.max</code> was 0 or absent).</p>",
+        ]
+    rows = "".join(
+        f'<tr><td class="text">{escape(c.client_id or "-")}</td>'
+        f'<td class="id">{escape(c.client_instance_id)}</td>'
+        f'<td class="text long">{escape(c.principal or "-")}</td>'
+        f"<td>{_number(c.throttle_max_ms)}</td></tr>"
+        for c in throttled
+    )
+    head = (
+        '<tr><th class="text">client</th><th class="text">instance id</th>'
+        '<th class="text">principal</th><th>throttle max ms</th></tr>'
+    )
+    return [
+        title,
+        f'<table id="throttled-clients">{head}{rows}</table>',
+        '<p class="note">throttle max: the largest <code>produce.throttle.time.max</code> the '
+        "client pushed (<code>client_health_1h.throttle_time_max_ms</code>): a broker's quota "
+        "delayed it (<code>kip714 quotas advise</code> proposes quotas from observed demand).</p>",
+    ]
 
 
 _CLIENT_COLUMNS: Final = (

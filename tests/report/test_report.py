@@ -178,9 +178,13 @@ def test_the_report_opens_on_the_fleet_fits_1280_px_and_draws_every_chart(
     order = [table.index(client) for client in ("slow-producer", "fast-producer", "some-consumer")]
     assert order == sorted(order)
     # Alerts: worst severity first, with the shipped rule's meaning.
-    section = html[html.index('id="alerts"') : html.index('id="clients"')]
+    section = html[html.index('id="alerts"') : html.index('id="throttled"')]
     severities = re.findall(r'class="text state-(\w+)">', section)
     assert severities == ["critical", "warning", "info"]
+    throttled = html[html.index('id="throttled-clients"') :]
+    throttled = throttled[: throttled.index("</table>")]
+    assert "fast-producer" in throttled and "slow-producer" in throttled
+    assert "some-consumer" not in throttled  # pushed no throttle time
     meaning = next(r.meaning for r in load_rules().rules if r.name == "software_known_bad")
     assert escape(meaning) in section
     # Counts are integers; an instance id in Kafka's form and in librdkafka's beside it.
@@ -192,7 +196,7 @@ def test_the_report_opens_on_the_fleet_fits_1280_px_and_draws_every_chart(
 
     page = asyncio.run(evaluate_in_page(out.as_uri(), MEASURE_REPORT, tmp_path / "p1", WINDOW))
     assert page["scrollWidth"] <= 1280
-    assert page["sections"] == ["fleet", "alerts", "clients"]
+    assert page["sections"] == ["fleet", "alerts", "throttled", "clients"]
     assert page["states"] == {"critical": 1, "warning": 0, "info": 1, "healthy": 1}
     charts = page["charts"]
     assert len(charts) == 4 + 4 + 5  # two producers' four charts, a consumer's five
@@ -274,5 +278,6 @@ def test_every_documented_query_runs_and_gives_the_numbers_the_report_prints(
     health = answers[next(f for f in queries if f.startswith("a client's lat"))]
     [[p99, latency_max, _, _]] = health
     assert f"<td>{float(p99):.3g}</td><td>{float(latency_max):.3g}</td>" in html
+    assert {row[0] for row in answers["throttled clients"]} == {"fast-producer", "slow-producer"}
     chart = answers[next(f for f in queries if f.startswith("a chart's series"))]
     assert len(chart) == 30  # one point per minute of the fixture, as the chart draws
