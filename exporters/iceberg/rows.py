@@ -60,18 +60,16 @@ ROW_GROUP_ROWS: Final = 131_072
 #: against its size limit (1 MiB) after each batch; the landing's columns are
 #: dictionary indices and numbers, 64 Ki of which stay near that limit.
 WRITE_BATCH_ROWS: Final = 65_536
-#: Pushes (or payload bytes) the exporter gathers before it hands them to a lane.
-#: Flattening has a fixed cost of about 5 ms per call (ptars' decoder setup and
-#: some 100 Arrow kernels), so the small batches a busy log hands over (30-40
-#: pushes at 3,500 requests/s) cost twice the per-point work.
+#: Pushes (or payload bytes) gathered before they are flattened as one Arrow batch
+#: (the exporter gathers before a hand-over, a lane before flattening). Flattening
+#: has a fixed cost of about 5 ms per call (ptars' decoder setup and some 100 Arrow
+#: kernels), so the small batches a busy log hands over (30-40 pushes at 3,500
+#: requests/s) cost twice the per-point work; gathered, the fixed part is small.
+#: Twice as many (1,024 pushes, 8 MiB) cut a librdkafka data point's 10,600
+#: instructions by 460 but raised the worker's peak RSS under ingest_bench from
+#: 267-288 to 320-338 MiB: not worth it.
 COALESCE_PUSHES: Final = 512
 COALESCE_BYTES: Final = 4 * 1024 * 1024
-#: Pushes (or payload bytes) a lane gathers before it flattens them as one Arrow
-#: batch: two hand-overs. The kernels' per-call part was still some 450
-#: instructions of a librdkafka data point's 10,600 at one hand-over (about 470
-#: of its pushes, 4 MiB); a lane's peak RSS grows by about 30 MiB.
-FLATTEN_PUSHES: Final = 2 * COALESCE_PUSHES
-FLATTEN_BYTES: Final = 2 * COALESCE_BYTES
 #: A directory in this environment variable turns on a CPU profile of the lane
 #: (``benchmarks/ingest_bench.py --profile`` sets it for the server it starts).
 PROFILE_ENV: Final = "KIP714_LANDING_PROFILE"
@@ -296,7 +294,7 @@ class LakeRows:
     streams: dict[str, Any] = field(default_factory=dict)  # location -> its output stream
     rows: int = 0
     written: int = 0
-    coalesce_pushes: int = FLATTEN_PUSHES
+    coalesce_pushes: int = COALESCE_PUSHES
     #: Pushes handed over but not flattened yet (metrics rows, raw rows) and their payload bytes.
     pending: list[LoggedPush] = field(default_factory=list)
     pending_raw: list[LoggedPush] = field(default_factory=list)
@@ -316,7 +314,7 @@ class LakeRows:
     ) -> BatchReply:
         """Take ``pushes`` (those at or past each table's resume offset) for the generation.
 
-        They are flattened once ``coalesce_pushes`` pushes or ``FLATTEN_BYTES``
+        They are flattened once ``coalesce_pushes`` pushes or ``COALESCE_BYTES``
         of payload are gathered, or by ``write``; the reply counts what was
         flattened now.
         """
@@ -339,7 +337,7 @@ class LakeRows:
         if pushes_from is not None:
             self.pending_raw.extend(p for p in pushes if p.offset >= pushes_from)
         gathered = len(self.pending) + len(self.pending_raw)
-        if gathered >= self.coalesce_pushes or self.pending_bytes >= FLATTEN_BYTES:
+        if gathered >= self.coalesce_pushes or self.pending_bytes >= COALESCE_BYTES:
             return self.flush()
         return BatchReply(FlattenStats(), 0, 0, 0, 0, self.rows + gathered)
 
