@@ -16,7 +16,14 @@ Tables are created on first start with their partition spec and sort order:
   decoding and filtering their rows (4-7 s of the Spark rollups' 40-45 s
   at 10M points, docs/rollups.md "Round 5");
 * sort order ``time``: compaction writes files sorted on it, so filters on a
-  data point's own time prune through the file statistics.
+  data point's own time prune through the file statistics;
+* for ``metrics``, column metrics (Iceberg's ``write.metadata.metrics.*``)
+  only for ``schema.METRICS_STATISTICS``, the columns whose data files carry
+  statistics (``rows.landing_writer``); without the property pyiceberg
+  would warn for every other column of every file it adds. A table created
+  by an earlier version gets the properties when a node of this one opens
+  it (a node of the earlier version still writes every statistic; the
+  table's metrics ignore the extra ones).
 
 Two nodes starting at once may both try to create a table; the loser loads
 the winner's. A later version that adds columns evolves the schema by name
@@ -44,6 +51,7 @@ from pyiceberg.table import TableProperties
 from pyiceberg.transforms import HourTransform, IdentityTransform
 
 from exporters.iceberg.schema import (
+    METRICS_STATISTICS,
     METRICS_TABLE,
     lake_metrics_schema,
     lake_pushes_schema,
@@ -82,6 +90,15 @@ _TABLE_PROPERTIES: Final = {
     "write.update.isolation-level": "serializable",
     "write.merge.isolation-level": "serializable",
 }
+#: The ``metrics`` table's column metrics: none but for the columns the landing's
+#: data files carry statistics for (``truncate(16)``, Iceberg's default mode).
+METRICS_PROPERTIES: Final = {
+    TableProperties.DEFAULT_WRITE_METRICS_MODE: "none",
+    **{
+        f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}.{name}": "truncate(16)"
+        for name in METRICS_STATISTICS
+    },
+}
 
 
 def open_catalog(location: LakeLocation) -> Catalog:
@@ -101,19 +118,22 @@ def open_table(catalog: Catalog, namespace: str, name: str) -> Table:
     """The lake table ``name`` (``metrics`` or ``pushes``), created or evolved to today's schema."""
     schema = lake_metrics_schema() if name == METRICS_TABLE else lake_pushes_schema()
     identifier = (namespace, name)
+    properties = METRICS_PROPERTIES if name == METRICS_TABLE else {}
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
         try:
-            return _create(catalog, identifier, schema)
+            return _create(catalog, identifier, schema, properties)
         except TableAlreadyExistsError:
             table = catalog.load_table(identifier)
-    return _evolve(table, schema)
+    return _with_properties(_evolve(table, schema), properties)
 
 
-def _create(catalog: Catalog, identifier: tuple[str, str], schema: pa.Schema) -> Table:
+def _create(
+    catalog: Catalog, identifier: tuple[str, str], schema: pa.Schema, properties: dict[str, str]
+) -> Table:
     with catalog.create_table_transaction(
-        identifier, schema=schema, properties=_TABLE_PROPERTIES
+        identifier, schema=schema, properties={**_TABLE_PROPERTIES, **properties}
     ) as create:
         iceberg_schema = create.table_metadata.schema()
         with create.update_spec() as update:
@@ -138,6 +158,21 @@ def split_by_kind(table: Table) -> bool:
         and schema.find_column_name(f.source_id) == KIND_FIELD
         for f in table.spec().fields
     )
+
+
+def _with_properties(table: Table, properties: dict[str, str]) -> Table:
+    """``table`` with ``properties`` set (a table an earlier version created lacks them)."""
+    for _attempt in range(10):
+        if all(table.properties.get(k) == v for k, v in properties.items()):
+            return table
+        try:
+            with table.transaction() as transaction:
+                transaction.set_properties(properties)
+            _log.info("lake table %s: set %s", table.name(), ", ".join(sorted(properties)))
+        except CommitFailedException:  # another node changed the table meanwhile
+            pass
+        table = table.refresh()
+    return table
 
 
 def _evolve(table: Table, schema: pa.Schema) -> Table:

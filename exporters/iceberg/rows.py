@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 
 from exporters.iceberg.schema import (
+    METRICS_STATISTICS,
     METRICS_TABLE,
     PUSHES_TABLE,
     to_lake_pushes,
@@ -54,11 +55,19 @@ __all__ = [
 
 #: Rows an open data file buffers before writing them as a row group.
 ROW_GROUP_ROWS: Final = 131_072
+#: Rows Parquet's writer encodes at a time: its default, 1,024, cost some 100
+#: instructions a data point more in per-batch overhead. A page is checked
+#: against its size limit (1 MiB) after each batch; the landing's columns are
+#: dictionary indices and numbers, 64 Ki of which stay near that limit.
+WRITE_BATCH_ROWS: Final = 65_536
 #: Pushes (or payload bytes) gathered before they are flattened as one Arrow batch
 #: (the exporter gathers before a hand-over, a lane before flattening). Flattening
 #: has a fixed cost of about 5 ms per call (ptars' decoder setup and some 100 Arrow
 #: kernels), so the small batches a busy log hands over (30-40 pushes at 3,500
-#: requests/s) cost twice the per-point work; gathered, the fixed part is noise.
+#: requests/s) cost twice the per-point work; gathered, the fixed part is small.
+#: Twice as many (1,024 pushes, 8 MiB) cut a librdkafka data point's 10,600
+#: instructions by 460 but raised the worker's peak RSS under ingest_bench from
+#: 267-288 to 320-338 MiB: not worth it.
 COALESCE_PUSHES: Final = 512
 COALESCE_BYTES: Final = 4 * 1024 * 1024
 #: A directory in this environment variable turns on a CPU profile of the lane
@@ -129,7 +138,10 @@ def write_pending(open_file: OpenFile) -> None:
 
 
 def landing_writer(
-    where: Any, schema: pa.Schema, compression_level: int | None = None
+    where: Any,
+    schema: pa.Schema,
+    compression_level: int | None = None,
+    statistics: Sequence[str] | None = None,
 ) -> pq.ParquetWriter:
     """A Parquet writer with the landing's encodings, for a path or a writable stream.
 
@@ -140,9 +152,11 @@ def landing_writer(
 
     A schema with Arrow dictionaries (``lake_encoded_schema``, the lanes'
     rows) is written without the Arrow schema in the file, so every reader
-    sees the plain strings they stand for. Every column keeps its statistics:
-    the commit reads a file's partition values (``metric_type``) and
-    Iceberg's column bounds from them.
+    sees the plain strings they stand for. Statistics are written for the
+    ``statistics`` columns only (all when ``None``): the commit reads a
+    file's partition values (``metric_type``) and Iceberg's column bounds
+    from them, for the columns the table's metrics keep
+    (``lake.METRICS_PROPERTIES``).
     """
     split = [c for c in _FLOAT_COLUMNS if c in schema.names]
     encoded = any(pa.types.is_dictionary(f.type) for f in schema)
@@ -153,7 +167,11 @@ def landing_writer(
         compression_level=compression_level,
         use_byte_stream_split=split or False,
         use_dictionary=[c for c in schema.names if c not in split and c != "payload"],
+        write_statistics=True
+        if statistics is None
+        else [c for c in statistics if c in schema.names],
         store_schema=not encoded,
+        write_batch_size=WRITE_BATCH_ROWS,
     )
 
 
@@ -370,7 +388,8 @@ class LakeRows:
             kind or None,
         )
         stream = self.streams[location] = self.io.new_output(location).create(overwrite=True)
-        return OpenFile(name, hour, location, landing_writer(stream, schema))
+        statistics = METRICS_STATISTICS if name == METRICS_TABLE else None
+        return OpenFile(name, hour, location, landing_writer(stream, schema, statistics=statistics))
 
     def write(self, first: int, last: int) -> tuple[list[WrittenFile], BatchReply]:
         """Flatten what is gathered, close every open data file of ``first..last``; report them.

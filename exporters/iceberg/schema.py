@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INT64_MAX",
+    "METRICS_STATISTICS",
     "METRICS_TABLE",
     "NODE_ID_ATTRIBUTES",
     "PUSHES_TABLE",
@@ -45,6 +46,15 @@ PUSHES_TABLE: Final = "pushes"
 #: ``node-id`` tag snake-cased). The same list as ``spark_jobs.rollups``.
 NODE_ID_ATTRIBUTES: Final = ("node.id", "node_id", "node-id")
 INT64_MAX: Final = 2**63 - 1
+#: The only ``metrics`` columns whose data files carry statistics (Parquet's
+#: min, max and null count; Iceberg's column bounds): the commit takes a
+#: file's partition values from ``received_time`` and ``metric_type``'s, and
+#: the rollups' and compaction's filters prune on ``time`` and
+#: ``received_time``. Nothing prunes on the others (a file holds every
+#: client's and every metric's rows of its hour), and computing their
+#: statistics was a quarter of a librdkafka point's Parquet encoding and of
+#: an SDK point's (about 1,000 and 2,400 instructions a point).
+METRICS_STATISTICS: Final = ("time", "received_time", "metric_type")
 _NODE_ID_KEYS: Final = pa.array(NODE_ID_ATTRIBUTES, pa.string())
 UINT64_COLUMNS: Final = (
     "count",

@@ -188,10 +188,14 @@ def _map(lists: Any) -> Any:
     )
     items = pc.list_flatten(lists)
     value = pc.struct_field(items, "value")
-    text = pc.coalesce(
-        pc.struct_field(value, "string_value"),
-        pc.struct_field(value, "int_value").cast(pa.string()),
-    )
+    strings, ints = pc.struct_field(value, "string_value"), pc.struct_field(value, "int_value")
+    # Usually all of one kind (librdkafka's are integers, an SDK's strings): no coalescing.
+    if ints.null_count == len(ints):
+        text = strings
+    elif strings.null_count == len(strings):
+        text = ints.cast(pa.string())
+    else:
+        text = pc.coalesce(strings, ints.cast(pa.string()))
     return pa.MapArray.from_arrays(offsets, pc.struct_field(items, "key"), text)
 
 

@@ -8,16 +8,17 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, Metric
 
 from exporters import registry
 from exporters.api import TransientExportError
 from exporters.iceberg import IcebergExporter, commits
-from exporters.iceberg.lake import open_catalog, open_table
+from exporters.iceberg.lake import METRICS_PROPERTIES, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane
 from exporters.iceberg.rows import write_data_file
-from exporters.iceberg.schema import INT64_MAX, lake_metrics_schema
+from exporters.iceberg.schema import INT64_MAX, METRICS_STATISTICS, lake_metrics_schema
 from exporters.otlp_rows import COLUMNS
 from tests.exporters.old_parquet import publish_old
 from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
@@ -175,6 +176,42 @@ def test_schema_evolution_adds_missing_columns_by_name(tmp_path: Path) -> None:
     catalog.create_table(("kip714", "metrics"), schema=old)
     table = open_table(catalog, "kip714", "metrics")
     assert [f.name for f in table.schema().fields][-2:] == ["node_id", "ingest_node"]
+
+
+def test_data_files_carry_statistics_only_for_the_columns_the_table_keeps_metrics_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Statistics of columns nobody prunes on were a quarter of the Parquet encoding.
+    exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]], workers=0)
+    table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
+    assert table.properties["write.metadata.metrics.default"] == "none"
+    for name in METRICS_STATISTICS:
+        assert table.properties[f"write.metadata.metrics.column.{name}"] == "truncate(16)"
+    kept = {table.schema().find_field(name).field_id for name in METRICS_STATISTICS}
+    tasks = list(table.scan().plan_files())
+    assert tasks
+    for task in tasks:
+        assert set(task.file.lower_bounds) == set(task.file.upper_bounds) == kept
+        metadata = pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata
+        columns = [metadata.row_group(0).column(i) for i in range(metadata.num_columns)]
+        with_statistics = {c.path_in_schema for c in columns if c.is_stats_set}
+        assert with_statistics == set(METRICS_STATISTICS)
+    # The commit found each file's partition, and a filter on time still prunes.
+    rows = scan(exporter)
+    assert {t.file.partition[1] for t in tasks} == set(rows["metric_type"].to_pylist())
+    first = min(rows["time"].to_pylist()).isoformat()
+    assert not list(table.scan(row_filter=f"time < '{first}'").plan_files())
+    assert len(list(table.scan(row_filter=f"time >= '{first}'").plan_files())) == len(tasks)
+    assert not [r for r in caplog.records if "statistics missing" in r.getMessage()]
+
+
+def test_a_table_an_earlier_version_created_gets_the_metrics_properties(tmp_path: Path) -> None:
+    exporter = IcebergExporter({"path": str(tmp_path)})
+    catalog = open_catalog(exporter.location)
+    catalog.create_table(("kip714", "metrics"), schema=lake_metrics_schema())
+    table = open_table(catalog, "kip714", "metrics")
+    assert {k: table.properties.get(k) for k in METRICS_PROPERTIES} == METRICS_PROPERTIES
+    assert open_table(catalog, "kip714", "metrics").metadata_location == table.metadata_location
 
 
 def test_the_entry_point_and_option_errors(tmp_path: Path) -> None:
