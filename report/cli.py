@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 
     from health_rules import RuleSet
 
-__all__ = ["DEFAULT_DATA_DIR", "build_parser", "describe_period", "main", "write_report"]
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "build_parser",
+    "describe_period",
+    "iso_time",
+    "main",
+    "write_report",
+]
 
 #: The server's default ``--data-dir`` (``telemetry.server.config``, not importable from here).
 DEFAULT_DATA_DIR = "./kip714-data"
@@ -80,13 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--from",
         dest="start",
-        type=_time,
+        type=iso_time,
         help="first hour (ISO-8601, UTC; default: the data's first hour)",
     )
     parser.add_argument(
         "--to",
         dest="end",
-        type=_time,
+        type=iso_time,
         help="end of the range, exclusive (default: after the data's last hour)",
     )
     parser.add_argument(
@@ -236,7 +243,8 @@ def _when(moment: dt.datetime | None) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _time(text: str) -> dt.datetime:
+def iso_time(text: str) -> dt.datetime:
+    """An argparse type: ISO-8601, UTC when it names no zone (``--from``/``--to``)."""
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError as error:

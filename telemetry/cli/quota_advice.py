@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from quotas import DemandEvent, ReplayResult, headroom_quotas, replay, split_budget
+from report.cli import iso_time
 from telemetry.cli.common import HelpFormatter, add_location, location_of
 
 if TYPE_CHECKING:
@@ -168,8 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     add_location([parser])
-    parser.add_argument("--from", dest="start", type=_time, help="ISO-8601, UTC (default: all)")
-    parser.add_argument("--to", dest="end", type=_time, help="ISO-8601, UTC, exclusive")
+    parser.add_argument("--from", dest="start", type=iso_time, help="ISO-8601, UTC (default: all)")
+    parser.add_argument("--to", dest="end", type=iso_time, help="ISO-8601, UTC, exclusive")
     parser.add_argument("--headroom", type=float, default=1.5, help="proposal = peak x this")
     parser.add_argument(
         "--budget",
@@ -266,11 +267,3 @@ def _rate(value: float) -> str:
 
 def _ms(moment: dt.datetime) -> int:
     return int(moment.timestamp() * 1000)
-
-
-def _time(text: str) -> dt.datetime:
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {text!r}") from error
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
