@@ -20,7 +20,14 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
@@ -104,16 +111,28 @@ async def subscribes(process: ServeProcess) -> bool:
         await client.close()
 
 
+def _end_offset(consumer: Consumer, topic: str, partition: int) -> int:
+    """The partition's end; retried while a restarted broker elects its leaders (bounded)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            end: int = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1]
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
+                raise
+            assert time.monotonic() < deadline, f"no leader for {topic}-{partition}"
+            time.sleep(0.2)
+        else:
+            return end
+
+
 def topic_records(broker: KafkaBroker, topic: str) -> list[LoggedPush]:
     """Every record of ``topic``, decoded (bounded: test topics are small)."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "kip714-test-reader"})
     try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
+        ends = {p: _end_offset(consumer, topic, p) for p in partitions}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         pushes: list[LoggedPush] = []
         positions = dict.fromkeys(partitions, 0)
