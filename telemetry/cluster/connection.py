@@ -7,7 +7,7 @@ take the same ones and refuse the same bad values, each under its own name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -20,18 +20,6 @@ if TYPE_CHECKING:
 DEFAULT_STARTUP_TIMEOUT_S: Final = 30.0
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: The keys :func:`parse_connection` reads.
-CONNECTION_KEYS: Final = frozenset(
-    {
-        "bootstrap_servers",
-        "security_protocol",
-        "sasl_mechanism",
-        "sasl_username",
-        "sasl_password",
-        "ssl_cafile",
-        "startup_timeout_s",
-    }
-)
 #: Kafka's topic name rule (``Topic.validate``): legal characters and at most 249 of them.
 _TOPIC_CHARACTERS: Final = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
@@ -70,15 +58,11 @@ class ClusterConnection:
 
     def connection(self) -> ClusterConnection:
         """Only the connection keys (a subclass's other fields dropped)."""
-        return ClusterConnection(
-            bootstrap_servers=self.bootstrap_servers,
-            security_protocol=self.security_protocol,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_username=self.sasl_username,
-            sasl_password=self.sasl_password,
-            ssl_cafile=self.ssl_cafile,
-            startup_timeout_s=self.startup_timeout_s,
-        )
+        return ClusterConnection(**{key: getattr(self, key) for key in CONNECTION_KEYS})
+
+
+#: The keys :func:`parse_connection` reads: the fields of :class:`ClusterConnection`.
+CONNECTION_KEYS: Final = frozenset(field.name for field in fields(ClusterConnection))
 
 
 def parse_connection(room: str, section: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ missing, pushes are refused as when a local log is full
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import threading
 import time
@@ -99,11 +100,7 @@ class KafkaLogStats:
     def observe_ack(self, seconds: float) -> None:
         self.acknowledged += 1
         self.ack_seconds_total += seconds
-        for index, bound in enumerate(ACK_BUCKETS_S):
-            if seconds <= bound:
-                self.ack_bucket_counts[index] += 1
-                return
-        self.ack_bucket_counts[-1] += 1
+        self.ack_bucket_counts[bisect.bisect_left(ACK_BUCKETS_S, seconds)] += 1  # last: overflow
 
 
 def pushes_topic_layout(config: LogConfig) -> TopicLayout:

@@ -7,6 +7,7 @@ readers may see a value one update old, never a torn one).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 # Upper bounds in seconds; the last bucket counts everything slower.
@@ -55,8 +56,5 @@ class LogStats:
         self.fsyncs += 1
         self.fsync_seconds_total += seconds
         self.fsync_seconds_max = max(self.fsync_seconds_max, seconds)
-        for i, bound in enumerate(FSYNC_BUCKETS_S):
-            if seconds <= bound:
-                self.fsync_bucket_counts[i] += 1
-                return
-        self.fsync_bucket_counts[-1] += 1
+        # The first bound >= seconds; past the last bound, the overflow bucket.
+        self.fsync_bucket_counts[bisect.bisect_left(FSYNC_BUCKETS_S, seconds)] += 1
