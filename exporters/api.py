@@ -59,6 +59,7 @@ __all__ = [
     "ExporterFactory",
     "LogBoundExporter",
     "LoggedPush",
+    "PartitionedExporter",
     "PermanentExportError",
     "TransientExportError",
 ]
@@ -180,6 +181,55 @@ class LogBoundExporter(Exporter, Protocol):
 
     def bind_log(self, log_id: str, /) -> None:
         """Record the id (a UUID string) of the log that feeds this exporter."""
+        ...
+
+
+@runtime_checkable
+class PartitionedExporter(BufferingExporter, Protocol):
+    """A buffering exporter that keeps its position per partition in its own sink.
+
+    With ``[log] store = "kafka"`` a consumer group feeds it, and a
+    partition moves between nodes on every rebalance: the host asks the
+    exporter, not the group, where a partition resumes (the group's offsets
+    trail the sink and a recreated topic restarts below them). Hosts that
+    feed it:
+
+    * call ``bind_topic`` once, before ``start``, with the topic's identity
+      (a recreated topic has a new id, so its offsets start again);
+    * on every assignment, await ``assign`` and resume each partition where
+      it says (``None``: the partition's first offset);
+    * before a partition is revoked, await ``revoke`` (it makes durable what
+      it took from them) and commit ``durable_offsets()`` to the group;
+    * commit ``durable_offsets()`` to the group as they advance;
+    * when ``take_replay()`` returns a value, drop what they hold and seek
+      every assigned partition to ``resume_offsets()``.
+
+    ``LoggedPush.offset`` is then the Kafka offset within
+    ``LoggedPush.partition``.
+    """
+
+    def bind_topic(self, cluster_id: str, topic: str, topic_id: str, /) -> None:
+        """Record the pushes topic's identity; ``ValueError`` for a setting it cannot serve."""
+        ...
+
+    async def assign(self, partitions: Sequence[int], /) -> Mapping[int, int | None]:
+        """Take ``partitions`` over: where each resumes (read again from the sink)."""
+        ...
+
+    async def revoke(self, partitions: Sequence[int], /) -> Mapping[int, int]:
+        """Give ``partitions`` up: make what was taken durable, forget them; their offsets."""
+        ...
+
+    def durable_offsets(self) -> Mapping[int, int]:
+        """Per assigned partition, the next offset not yet durable in the sink."""
+        ...
+
+    def resume_offsets(self) -> Mapping[int, int | None]:
+        """Per assigned partition, where feeding resumes after a replay (``None``: its start)."""
+        ...
+
+    def take_replay(self) -> int | None:
+        """Once after a failure: not ``None`` when the host must seek to ``resume_offsets()``."""
         ...
 
 

@@ -10,6 +10,18 @@ catalog swaps the metadata pointer), so either every file of a generation is
 in the table or none is; files written before a crash and never committed
 are referenced by no snapshot, never read, and removed by orphan cleanup.
 
+Fed from the pushes topic (``[log] store = "kafka"``), a partition moves
+between nodes, so positions belong to the topic, not to a node: each commit
+carries the topic's cluster id and topic id and, as JSON, the next offset
+of *every* partition landed so far (``kip714.kafka.offsets``: the previous
+snapshot's map with this commit's partitions advanced). A commit is added
+only if, in the snapshot it is applied on, each of its partitions ends
+where the generation starts (``commit_topic_files``): Iceberg's optimistic
+commit refuses a stale base, and the retry checks again on the refreshed
+table, so a node that lost a partition (a rebalance, a zombie) commits
+nothing for it (*fenced*). The map is looked up by topic id: a topic created
+again under the same name starts from its offset 0 (Apache Iceberg #16360).
+
 Several nodes append to one table: a commit that loses the race raises
 ``CommitFailedException``; it is retried with backoff on the refreshed
 table, with the same data files (they are written once). Before each retry
@@ -19,6 +31,7 @@ lost (a REST catalog's timeout) is never applied twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -29,17 +42,28 @@ from typing import TYPE_CHECKING, Final
 from pyiceberg.exceptions import CommitFailedException
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 __all__ = [
+    "CLUSTER_ID",
     "COMMIT_ATTEMPTS",
+    "COMMIT_ID",
     "LOG_ID",
     "NODE_ID",
     "OFFSET_END",
     "OFFSET_START",
+    "TOPIC",
+    "TOPIC_ID",
+    "TOPIC_OFFSETS",
+    "FencedError",
     "Position",
     "commit_files",
+    "commit_topic_files",
     "committed_position",
+    "topic_offsets",
 ]
 
 _log = logging.getLogger(__name__)
@@ -48,6 +72,11 @@ NODE_ID: Final = "kip714.node-id"
 LOG_ID: Final = "kip714.log-id"
 OFFSET_START: Final = "kip714.offset-start"
 OFFSET_END: Final = "kip714.offset-end"
+COMMIT_ID: Final = "kip714.commit-id"
+CLUSTER_ID: Final = "kip714.kafka.cluster-id"
+TOPIC: Final = "kip714.kafka.topic"
+TOPIC_ID: Final = "kip714.kafka.topic-id"
+TOPIC_OFFSETS: Final = "kip714.kafka.offsets"
 #: Attempts of one commit before the landing gives up (fail-stop, resumed by a restart).
 COMMIT_ATTEMPTS: Final = 20
 _BACKOFF_S: Final = (0.05, 2.0)
@@ -99,7 +128,7 @@ def commit_files(
     node, end = properties[NODE_ID], int(properties[OFFSET_END])
     log_id = properties.get(LOG_ID)
     commit_id = uuid.uuid4().hex
-    props = {**properties, "kip714.commit-id": commit_id}
+    props = {**properties, COMMIT_ID: commit_id}
     for attempt in range(COMMIT_ATTEMPTS):
         try:
             table.add_files(files, snapshot_properties=props, check_duplicate_files=False)
@@ -116,6 +145,87 @@ def commit_files(
             table = table.refresh()
             done = committed_position(table, node)
             if done is not None and done.log_id == log_id and done.offset_end >= end:
+                _log.warning("commit %s was applied although it reported a conflict", commit_id)
+                return table
+    raise AssertionError("unreachable")
+
+
+class FencedError(Exception):
+    """The table does not continue where a generation starts: another node landed that range."""
+
+
+def _newest_first(table: Table) -> list[Snapshot]:
+    return sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0, reverse=True)
+
+
+def topic_offsets(table: Table, topic_id: str) -> dict[int, int]:
+    """Per partition of topic ``topic_id``, the next offset the table does not hold.
+
+    From the newest snapshot of that topic id: every snapshot of the
+    metadata is walked, as in ``committed_position`` (expiry keeps the
+    newest one of each topic id, see ``maintenance``).
+    """
+    for snapshot in _newest_first(table):
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if props.get(TOPIC_ID) == topic_id and TOPIC_OFFSETS in props:
+            return {int(p): int(o) for p, o in json.loads(props[TOPIC_OFFSETS]).items()}
+    return {}
+
+
+def _applied(table: Table, commit_id: str) -> bool:
+    return any(
+        s.summary is not None and s.summary.additional_properties.get(COMMIT_ID) == commit_id
+        for s in table.metadata.snapshots
+    )
+
+
+def commit_topic_files(
+    table: Table,
+    files: list[str],
+    properties: dict[str, str],
+    ranges: Mapping[int, tuple[int | None, int]],
+    on_conflict: list[int] | None = None,
+) -> Table:
+    """Append ``files`` holding offsets ``start..end-1`` of each partition (``ranges``).
+
+    ``start`` is where the table stood for that partition when the
+    generation began (``None``: it held none of it). The commit goes in only
+    while that is still so; ``properties`` name the topic (``TOPIC_ID`` and
+    the others).
+
+    Raises:
+        FencedError: A partition of the table is elsewhere now (nothing committed).
+        CommitFailedException: Still losing races after ``COMMIT_ATTEMPTS`` attempts.
+    """
+    topic_id = properties[TOPIC_ID]
+    commit_id = uuid.uuid4().hex
+    for attempt in range(COMMIT_ATTEMPTS):
+        landed = topic_offsets(table, topic_id)
+        for partition, (start, _) in sorted(ranges.items()):
+            if landed.get(partition) != start:
+                raise FencedError(
+                    f"partition {partition} of {properties.get(TOPIC, 'the topic')} is landed "
+                    f"up to offset {landed.get(partition)} in the table, the generation starts "
+                    f"at {start}"
+                )
+        landed.update({partition: end for partition, (_, end) in ranges.items()})
+        props = {
+            **properties,
+            COMMIT_ID: commit_id,
+            TOPIC_OFFSETS: json.dumps({str(p): o for p, o in sorted(landed.items())}),
+        }
+        try:
+            table.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+            return table
+        except CommitFailedException:
+            if on_conflict is not None:
+                on_conflict.append(1)
+            if attempt + 1 == COMMIT_ATTEMPTS:
+                raise
+            low, high = _BACKOFF_S
+            time.sleep(random.uniform(low, min(high, low * 2**attempt)))
+            table = table.refresh()
+            if _applied(table, commit_id):
                 _log.warning("commit %s was applied although it reported a conflict", commit_id)
                 return table
     raise AssertionError("unreachable")

@@ -20,6 +20,8 @@ from exporters.iceberg.rows import COALESCE_BYTES, COALESCE_PUSHES
 from exporters.iceberg.schema import METRICS_TABLE
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyiceberg.table import Table
 
     from exporters.iceberg.lane_messages import LakeSetup
@@ -55,7 +57,23 @@ class LakeTables:
             split_by_kind(self._tables[METRICS_TABLE]),
             COALESCE_PUSHES,
             COALESCE_BYTES,
+            self._topic_offsets(),
         )
+
+    def topic_offsets(self) -> dict[str, dict[int, int]]:
+        """Per table, where each partition of the pushes topic stands now (tables refreshed)."""
+        for name, table in self._tables.items():
+            self._tables[name] = table.refresh()
+        return self._topic_offsets()
+
+    def _topic_offsets(self) -> dict[str, dict[int, int]]:
+        topic = self.setup.topic
+        if topic is None:
+            return {}
+        return {
+            name: commits.topic_offsets(table, topic.topic_id)
+            for name, table in self._tables.items()
+        }
 
     def commit(self, name: str, files: list[str], first: int, last: int) -> CommitOutcome:
         """Append ``files`` to table ``name`` in one snapshot naming offsets ``first..last``.
@@ -75,6 +93,35 @@ class LakeTables:
             self._tables[name] = commits.commit_files(
                 self._tables[name], files, properties, conflicts
             )
+        except Exception as error:
+            return CommitOutcome(len(conflicts), repr(error))
+        return CommitOutcome(len(conflicts))
+
+    def commit_topic(
+        self, name: str, files: list[str], ranges: Mapping[int, tuple[int | None, int]]
+    ) -> CommitOutcome:
+        """Append ``files`` holding offsets ``start..end-1`` of each partition (``ranges``).
+
+        A fenced generation is an outcome too: the exporter reads where the
+        table stands and feeds again from there.
+        """
+        topic = self.setup.topic
+        if topic is None:
+            raise RuntimeError("a landing not fed from the pushes topic commits by offsets")
+        properties = {
+            commits.NODE_ID: self.setup.node_id,
+            commits.CLUSTER_ID: topic.cluster_id,
+            commits.TOPIC: topic.topic,
+            commits.TOPIC_ID: topic.topic_id,
+        }
+        conflicts: list[int] = []
+        try:
+            self._tables[name] = commits.commit_topic_files(
+                self._tables[name], files, properties, ranges, conflicts
+            )
+        except commits.FencedError as fenced:
+            self._tables[name] = self._tables[name].refresh()
+            return CommitOutcome(len(conflicts), str(fenced), fenced=True)
         except Exception as error:
             return CommitOutcome(len(conflicts), repr(error))
         return CommitOutcome(len(conflicts))

@@ -39,6 +39,16 @@ died meanwhile, that it does not know: then the commit counts as failed,
 and the retry starts fresh lanes, whose first reads the position from the
 table again before anything is exported (what a restart does), so a commit
 that did happen is never applied twice.
+
+Fed from the pushes topic (``[log] store = "kafka"``, ``PartitionedExporter``)
+the bookkeeping is per partition: a rebalance hands partitions over
+(``assign`` reads where the table stands for each, ``revoke`` commits the
+open generation first), and each generation is committed only where the
+table still stands where it started for each of its partitions
+(``commits.commit_topic_files``); a *fenced* generation (another node landed
+those offsets meanwhile) is dropped like a failed one, and the partitions
+still assigned are fed again from where the table stands. Rows carry
+``log_partition``.
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
 from exporters.iceberg.generations import GenerationLanding, age_timer, free_worker
-from exporters.iceberg.lane_messages import LakeSetup, LaneStart
+from exporters.iceberg.lane_messages import LakeSetup, LaneStart, TopicBinding
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance_schedule import Maintenance
 from exporters.iceberg.settings import MaintenanceSettings, MaintenanceStats, lake_location
@@ -132,6 +142,7 @@ class IcebergStats(FlattenStats):
     refused_counts: int = 0
     unlandable_pushes: int = 0
     replayed_pushes_skipped: int = 0
+    fenced_generations: int = 0  # fed from the pushes topic: another node had landed them
     failures: int = 0  # failed writes and commits (each attempt)
     failure_streaks: int = 0  # runs of failures ended by a commit (each counted once)
     durable_offset: int = 0
@@ -148,6 +159,10 @@ class _Generation:
     gathered_bytes: int = 0
     buffered: dict[int, int] = field(default_factory=dict)  # rows buffered per lane
     files: list[WrittenFile] = field(default_factory=list)
+    #: Fed from the pushes topic, per partition: where the table stood when the generation
+    #: took its first push of it (``None``: it held none), and the offset past its last push.
+    starts: dict[int, int | None] = field(default_factory=dict)
+    ends: dict[int, int] = field(default_factory=dict)
     abandoned: bool = False  # a write or commit failed: the host replays it
 
 
@@ -217,6 +232,11 @@ class IcebergExporter(GenerationLanding):
         self._backoff_s = RETRY_INITIAL_S
         self._replay_from: int | None = None
         self._lanes_stale = False
+        self._topic: TopicBinding | None = None
+        #: Fed from the pushes topic, per assigned partition: the next offset the table does
+        #: not hold (``None``: none of it), and the next one ``export`` takes.
+        self._landed: dict[int, int | None] = {}
+        self._taken: dict[int, int | None] = {}
         self._init_generations()
 
     @property
@@ -246,6 +266,72 @@ class IcebergExporter(GenerationLanding):
     def bind_log(self, log_id: str, /) -> None:
         """The id of the ingest log feeding the lake (``LogBoundExporter``)."""
         self._log_id = log_id
+
+    def bind_topic(self, cluster_id: str, topic: str, topic_id: str, /) -> None:
+        """Fed from the pushes topic: positions are per partition (``PartitionedExporter``).
+
+        Raises:
+            ValueError: ``raw = true``, which this mode does not land yet.
+        """
+        if self.raw:
+            raise ValueError(
+                "option 'raw' is not available with [log] store = \"kafka\": set raw = false"
+            )
+        self._topic = TopicBinding(cluster_id, topic, topic_id)
+
+    async def assign(self, partitions: Sequence[int], /) -> Mapping[int, int | None]:
+        """Take ``partitions`` over, each where the table stands now (a rebalance).
+
+        Raises:
+            TransientExportError: The table could not be read (the host retries).
+        """
+        if not self._started or self._closed:
+            raise RuntimeError("iceberg exporter used before start() or after close()")
+        async with self._gen_lock:
+            try:
+                if self._lanes_stale:
+                    self._reload_positions(await run_to_completion(self._restart_lanes()))
+                    self._lanes_stale = False
+                reply = await self._lanes[0].topic_offsets()
+            except Exception as error:
+                raise TransientExportError(
+                    f"{self._where()}: reading the table: {error}"
+                ) from error
+            table: Mapping[int, int] = reply[1].get(METRICS_TABLE, {})
+            for partition in partitions:
+                self._landed[partition] = self._taken[partition] = table.get(partition)
+            return {partition: self._landed[partition] for partition in partitions}
+
+    async def revoke(self, partitions: Sequence[int], /) -> Mapping[int, int]:
+        """Commit the open generation, then forget ``partitions``; where the table holds them.
+
+        A commit that fails leaves their pushes to the next owner, which
+        resumes where the table stands.
+        """
+        try:
+            await self.flush()
+        except TransientExportError as error:
+            _log.warning(
+                "%s: partitions %s revoked before their pushes were committed (%s); their "
+                "next owner lands them",
+                self._where(),
+                sorted(partitions),
+                error,
+            )
+        async with self._gen_lock:
+            durable = {p: o for p in partitions if (o := self._landed.get(p)) is not None}
+            for partition in partitions:
+                self._landed.pop(partition, None)
+                self._taken.pop(partition, None)
+            return durable
+
+    def durable_offsets(self) -> Mapping[int, int]:
+        """Per assigned partition, the next offset not in a committed snapshot."""
+        return {p: o for p, o in self._landed.items() if o is not None}
+
+    def resume_offsets(self) -> Mapping[int, int | None]:
+        """Per assigned partition, where the table stands (``None``: it holds none of it)."""
+        return dict(self._landed)
 
     async def start(self) -> None:
         """Open (or create) the tables, find where this node stands, start lanes and timers."""
@@ -282,6 +368,7 @@ class IcebergExporter(GenerationLanding):
                 "io_properties": self.location.catalog_properties(),
                 "token": uuid.uuid4().hex[:8],
                 "max_data_points_per_push": self.max_data_points_per_push,
+                "partitioned": self._topic is not None,
             }
             setup = LakeSetup(
                 self.location,
@@ -289,6 +376,7 @@ class IcebergExporter(GenerationLanding):
                 self._log_id,
                 self._tables,
                 None if self.data_dir is None else str(self.data_dir),
+                self._topic,
             )
             for index in range(max(1, self.workers)):
                 start = LaneStart(index, lane_options, setup if index == 0 else None)
@@ -310,6 +398,9 @@ class IcebergExporter(GenerationLanding):
 
     def _resume(self, opened: Opened) -> None:
         """Start after this node's newest commit in each table (and a Parquet landing's)."""
+        if self._topic is not None:  # per partition, on assignment; the lanes filter nothing
+            self._from = dict.fromkeys(self._tables, 0)
+            return
         for name in self._tables:
             position = opened.positions[name]
             start = opened.floor
@@ -352,6 +443,9 @@ class IcebergExporter(GenerationLanding):
         if not self._started or self._closed:
             raise RuntimeError("iceberg exporter used before start() or after close()")
         self._raise_if_failed()
+        if self._topic is not None:
+            await self._export_partitioned(batch)
+            return
         start = self._skip_replayed(batch, self._next)
         if start == len(batch):
             return
@@ -373,12 +467,50 @@ class IcebergExporter(GenerationLanding):
             gen.gathered_bytes += sum(len(p.payload) for p in pushes)
             gen.last = pushes[-1].offset
             self._next = gen.last + 1
-            if len(gen.gathered) >= self._coalesce[0] or gen.gathered_bytes >= self._coalesce[1]:
-                await self._hand_over(gen)
-            if sum(gen.buffered.values()) >= self.max_pending_rows:
-                await run_to_completion(self._write(gen))
-            if time.monotonic() - gen.started >= self.max_file_age_s:
-                await self._commit()
+            await self._took(gen)
+
+    async def _export_partitioned(self, batch: Sequence[LoggedPush]) -> None:
+        """``export`` fed from the pushes topic: offsets are per partition."""
+        async with self._gen_lock:
+            self._raise_if_failed()
+            await self._retry_when_due()
+            pushes = self._untaken(batch)
+            if not pushes:
+                return
+            gen = self._gen
+            if gen is None:
+                gen = self._gen = _Generation(pushes[0].offset, time.monotonic())
+            landed, taken = self._landed, self._taken
+            for push in pushes:
+                partition = push.partition
+                if partition not in gen.starts:
+                    gen.starts[partition] = landed[partition]
+                gen.ends[partition] = taken[partition] = push.offset + 1
+            gen.gathered.extend(pushes)
+            gen.gathered_bytes += sum(len(p.payload) for p in pushes)
+            gen.last = pushes[-1].offset
+            await self._took(gen)
+
+    def _untaken(self, batch: Sequence[LoggedPush]) -> list[LoggedPush]:
+        """The pushes of assigned partitions not taken yet (a replay repeats some; counted)."""
+        fresh: list[LoggedPush] = []
+        for push in batch:
+            partition = push.partition
+            if partition in self._landed:
+                taken = self._taken[partition]
+                if taken is None or push.offset >= taken:
+                    fresh.append(push)
+        self.stats.replayed_pushes_skipped += len(batch) - len(fresh)
+        return fresh
+
+    async def _took(self, gen: _Generation) -> None:
+        """Hand over, write or commit ``gen`` as what it gathered and its age require."""
+        if len(gen.gathered) >= self._coalesce[0] or gen.gathered_bytes >= self._coalesce[1]:
+            await self._hand_over(gen)
+        if sum(gen.buffered.values()) >= self.max_pending_rows:
+            await run_to_completion(self._write(gen))
+        if time.monotonic() - gen.started >= self.max_file_age_s:
+            await self._commit()
 
     async def _retry_when_due(self) -> None:
         """After a failure: refuse until the backoff has passed, then start with fresh lanes.
@@ -411,8 +543,18 @@ class IcebergExporter(GenerationLanding):
 
         A commit that failed may still have been applied (an answer lost on
         the way back, or a worker that died during the commit): what the
-        table says wins, and replayed offsets it holds are skipped.
+        table says wins, and replayed offsets it holds are skipped. Fed from
+        the pushes topic, a partition the table holds less of than this node
+        thought is fed again from there.
         """
+        if self._topic is not None:
+            table = opened.topic_offsets.get(METRICS_TABLE, {})
+            for partition, known in self._landed.items():
+                now = table.get(partition)
+                self._landed[partition] = self._taken[partition] = now
+                if known is not None and (now is None or now < known):
+                    self._replay_from = 0
+            return
         for name in self._tables:
             position = opened.positions[name]
             if position is not None and position.log_id in (None, self._log_id):
@@ -449,6 +591,7 @@ class IcebergExporter(GenerationLanding):
             self._gen = None
         self._next = self._durable
         self._replay_from = self._durable
+        self._taken.update(self._landed)
         self._lanes_stale = True  # they may hold rows of ``gen`` or be poisoned
         self.stats.pending_rows = 0
 
@@ -560,30 +703,43 @@ class IcebergExporter(GenerationLanding):
             if not files:
                 continue
             try:
-                reply = await self._lanes[0].commit(
-                    name, [f.location for f in files], gen.first, gen.last
-                )
+                reply = await self._commit_files(name, [f.location for f in files], gen)
             except Exception as error:
                 reason = f"committing offsets {gen.first}..{gen.last} failed: {error!r}"
                 self._abandon(gen, reason)
                 raise TransientExportError(reason) from error
             outcome: CommitOutcome = reply[1]
             self.stats.commit_conflicts += outcome.conflicts
+            if outcome.fenced:
+                self.stats.fenced_generations += 1
+                reason = f"generation not committed, another node landed it: {outcome.error}"
+                self._abandon(gen, reason)
+                raise TransientExportError(reason)
             if outcome.error is not None:
                 reason = f"committing offsets {gen.first}..{gen.last} failed: {outcome.error}"
                 self._abandon(gen, reason)
                 raise TransientExportError(reason)
             self.stats.commits += 1
-            self._from[name] = gen.last + 1  # a later failure of another table replays none here
+            if self._topic is None:  # (per partition offsets: the lanes filter nothing)
+                self._from[name] = gen.last + 1  # a later failure of another table replays none
             landed = sum(f.rows for f in files)
             if name == METRICS_TABLE:
                 self.stats.rows_landed += landed
             else:
                 self.stats.raw_rows_landed += landed
+        if any(f.table == METRICS_TABLE for f in gen.files):  # else the table did not move
+            self._landed.update((p, end) for p, end in gen.ends.items() if p in self._landed)
         self._durable = gen.last + 1
         self.stats.durable_offset = self._durable
         self._gen = None
         self._recovered()
+
+    def _commit_files(self, name: str, locations: list[str], gen: _Generation) -> Any:
+        """The first lane's commit of ``gen``'s files of table ``name`` (a future)."""
+        if self._topic is None:
+            return self._lanes[0].commit(name, locations, gen.first, gen.last)
+        ranges = {p: (gen.starts[p], end) for p, end in gen.ends.items()}
+        return self._lanes[0].commit_topic(name, locations, ranges)
 
     async def _age_timer(self) -> None:
         """Commit a generation once it is ``max_file_age_s`` old, however quiet the traffic."""

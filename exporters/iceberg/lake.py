@@ -94,6 +94,11 @@ _TABLE_PROPERTIES: Final = {
 #: data files carry statistics for (``truncate(16)``, Iceberg's default mode).
 METRICS_PROPERTIES: Final = {
     TableProperties.DEFAULT_WRITE_METRICS_MODE: "none",
+    # No retry inside pyiceberg's commit: it would apply the same snapshot
+    # properties on a newer table. The landing retries itself
+    # (``commits.py``), checking each partition's offsets against the
+    # refreshed table first (fencing by contiguity).
+    TableProperties.COMMIT_NUM_RETRIES: "0",
     **{
         f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}.{name}": "truncate(16)"
         for name in METRICS_STATISTICS

@@ -20,7 +20,29 @@ if TYPE_CHECKING:
 
     from exporters.iceberg.settings import LakeLocation
 
-__all__ = ["CommitOutcome", "Committed", "LakeSetup", "LaneStart", "Opened", "plain"]
+__all__ = [
+    "CommitOutcome",
+    "Committed",
+    "LakeSetup",
+    "LaneStart",
+    "Opened",
+    "TopicBinding",
+    "plain",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicBinding:
+    """The pushes topic feeding the landing (``[log] store = "kafka"``).
+
+    Offsets are positions in one topic id: a topic deleted and created again
+    under the same name (or a recreated cluster) has a new id, and its
+    offsets start again from 0 (Apache Iceberg #16360).
+    """
+
+    cluster_id: str
+    topic: str
+    topic_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +55,8 @@ class LakeSetup:
     tables: tuple[str, ...]
     #: The data directory, where a retired Parquet landing may have left manifests.
     data_dir: str | None
+    #: The pushes topic, when the landing is fed from Kafka: positions are per partition.
+    topic: TopicBinding | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +91,21 @@ class Opened:
     #: When the exporter hands gathered pushes over (``rows.COALESCE_*``).
     coalesce_pushes: int
     coalesce_bytes: int
+    #: Per table, per partition of the pushes topic: the next offset the table does not hold.
+    topic_offsets: Mapping[str, Mapping[int, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class CommitOutcome:
-    """One table's commit: the races it lost, and why it failed (``None``: committed)."""
+    """One table's commit: the races it lost, and why it failed (``None``: committed).
+
+    ``fenced``: the table no longer continues where the generation starts
+    (another node landed those partitions meanwhile): nothing was committed.
+    """
 
     conflicts: int
     error: str | None = None
+    fenced: bool = False
 
 
 def plain(value: Any) -> types.SimpleNamespace:

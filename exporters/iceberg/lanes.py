@@ -3,7 +3,8 @@
 Both kinds take requests in order and answer each with an ``asyncio`` future
 (``worker.py`` lists them): ``open`` (lane 0: the tables and this node's
 position), ``configure`` (the other lanes), ``batch`` (flatten and buffer),
-``write`` (write the buffered rows as data files) and ``commit`` (lane 0).
+``write`` (write the buffered rows as data files), ``commit`` and, fed from
+the pushes topic, ``commit_topic`` and ``topic_offsets`` (lane 0).
 A process lane is ``exporters.landing.pool.WorkerHandle`` running
 ``worker.worker_main``, so the event loop only pickles batches and reads
 small replies, and the serving process never imports pyarrow or pyiceberg:
@@ -76,6 +77,14 @@ class ProcessLane:
     def commit(self, table: str, files: list[str], first: int, last: int) -> asyncio.Future[Any]:
         return self._handle.request(("commit", table, files, first, last))
 
+    def commit_topic(
+        self, table: str, files: list[str], ranges: Mapping[int, tuple[int | None, int]]
+    ) -> asyncio.Future[Any]:
+        return self._handle.request(("commit-topic", table, files, dict(ranges)))
+
+    def topic_offsets(self) -> asyncio.Future[Any]:
+        return self._handle.request(("offsets",))
+
     async def stop(self) -> None:
         await self._handle.stop()
 
@@ -120,6 +129,16 @@ class ThreadLane:
 
     def commit(self, table: str, files: list[str], first: int, last: int) -> asyncio.Future[Any]:
         return self._submit(lambda: ("committed", self._lane.commit(table, files, first, last)))
+
+    def commit_topic(
+        self, table: str, files: list[str], ranges: Mapping[int, tuple[int | None, int]]
+    ) -> asyncio.Future[Any]:
+        return self._submit(
+            lambda: ("committed", self._lane.commit_topic(table, files, dict(ranges)))
+        )
+
+    def topic_offsets(self) -> asyncio.Future[Any]:
+        return self._submit(lambda: ("offsets", self._lane.topic_offsets()))
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._executor.shutdown, wait=True)

@@ -17,7 +17,7 @@ import cProfile
 import operator
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -90,6 +90,8 @@ class LaneConfig:
     by_kind: bool = False  # the metrics table's spec partitions by metric_type (lake.split_by_kind)
     #: A push holding more data points is skipped whole (``skip_oversized``).
     max_data_points_per_push: int = 1_000_000
+    #: Fed from the pushes topic: rows carry their push's partition (``log_partition``).
+    partitioned: bool = False
 
 
 @dataclass(slots=True)
@@ -349,9 +351,17 @@ class LakeRows:
         raw, self.pending_raw = self.pending_raw, []
         fresh = skip_oversized(fresh, self.config.max_data_points_per_push, stats)
         if fresh:
+            keyed: Sequence[LoggedPush] | None = None
+            if self.config.partitioned:  # offsets repeat across partitions: key rows by index
+                keyed, fresh = fresh, [replace(p, offset=i) for i, p in enumerate(fresh)]
             flat, flat_stats, unlandable = flatten_to_table(fresh, by_kind=self.config.by_kind)
+            if keyed is not None:
+                named = [keyed[i].offset for i in flat_stats.undecodable_offsets]
+                flat_stats.undecodable_offsets = named
             stats.merge(flat_stats)
-            table, reply.refused_counts = to_lake_rows(flat, self.config.node_id, encoded=True)
+            table, reply.refused_counts = to_lake_rows(
+                flat, self.config.node_id, encoded=True, keyed=keyed
+            )
             reply.unlandable = len(unlandable)
             reply.rows = table.num_rows
             self._append(METRICS_TABLE, table)

@@ -7,7 +7,9 @@ three times are ``timestamptz`` (µs), and every ``uint64`` (``count``,
 Iceberg (and Spark) have no unsigned integer. Two columns follow:
 ``node_id``, the broker a per-node metric describes, decoded once from the
 data point attributes with the keys the rollups use (``NODE_ID_ATTRIBUTES``),
-and ``ingest_node``, the kip714 server that landed the row.
+``ingest_node``, the kip714 server that landed the row, and ``log_partition``,
+the partition of the pushes topic the push was in (``[log] store = "kafka"``,
+where ``push_offset`` is the Kafka offset within it; null for the local log).
 
 A count above 2^63−1 cannot be a ``long``; such a data point is refused (left
 out and counted), never wrapped to a negative number.
@@ -25,6 +27,8 @@ from exporters.landing.schema import DICTIONARY, encoded, metrics_schema, pushes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from exporters.api import LoggedPush
 
 __all__ = [
     "INT64_MAX",
@@ -77,7 +81,11 @@ def _signed(field: pa.Field) -> pa.Field:
 def lake_metrics_schema() -> pa.Schema:
     """The Arrow schema of the ``metrics`` table (the Iceberg schema is converted from it)."""
     fields = [_signed(f) for f in metrics_schema()]
-    fields += [pa.field("node_id", pa.string()), pa.field("ingest_node", pa.string())]
+    fields += [
+        pa.field("node_id", pa.string()),
+        pa.field("ingest_node", pa.string()),
+        pa.field("log_partition", pa.int32()),
+    ]
     return pa.schema(fields)
 
 
@@ -179,13 +187,20 @@ def lake_encoded_schema() -> pa.Schema:
 
 
 def to_lake_rows(
-    table: pa.Table, ingest_node: str, *, encoded: bool = False
+    table: pa.Table,
+    ingest_node: str,
+    *,
+    encoded: bool = False,
+    keyed: Sequence[LoggedPush] | None = None,
 ) -> tuple[pa.Table, int]:
     """Landing rows (``metrics_schema``) as ``metrics`` table rows, and how many were refused.
 
     ``table``'s string columns may be dictionaries (``landing.schema.ENCODED_COLUMNS``).
     The rows are of ``lake_metrics_schema()``, or with ``encoded`` of
-    ``lake_encoded_schema()`` (the same values).
+    ``lake_encoded_schema()`` (the same values). With ``keyed`` (pushes of
+    the pushes topic), ``table`` was flattened from copies of them whose
+    offset is their index in ``keyed``: each row gets its push's Kafka offset
+    and partition back (offsets alone repeat across partitions).
     """
     refused = 0
     mask = _overflowing(table)
@@ -193,6 +208,14 @@ def to_lake_rows(
         refused = pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
         table = table.filter(pc.invert(mask))
     schema = lake_encoded_schema() if encoded else lake_metrics_schema()
+    partitions: pa.Array = pa.nulls(table.num_rows, pa.int32())
+    if keyed is not None:
+        index = table.column("push_offset")
+        offsets = pc.take(pa.array([p.offset for p in keyed], pa.int64()), index)
+        partitions = pc.take(pa.array([p.partition for p in keyed], pa.int32()), index)
+        table = table.set_column(
+            table.schema.get_field_index("push_offset"), "push_offset", offsets
+        )
     arrays = [table.column(f.name).cast(schema.field(f.name).type) for f in metrics_schema()]
     arrays.append(
         _node_ids(table.column("attributes")) if table.num_rows else pa.array([], pa.string())
@@ -202,6 +225,7 @@ def to_lake_rows(
         zeros = pa.repeat(pa.scalar(0, pa.int32()), table.num_rows)
         node = pa.DictionaryArray.from_arrays(zeros, pa.array([ingest_node], pa.string()))
     arrays.append(node)
+    arrays.append(partitions)
     return pa.Table.from_arrays(arrays, schema=schema), refused
 
 

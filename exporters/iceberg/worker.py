@@ -19,6 +19,10 @@ request gets exactly one reply, in order):
   reply: the pushes gathered since the last flattening, flattened before writing)
 * ``("commit", table, [file location, ...], first, last)`` (lane 0) →
   ``("committed", lane_messages.CommitOutcome)``
+* ``("commit-topic", table, [file location, ...], {partition: (start, end)})``
+  (lane 0, fed from the pushes topic) → ``("committed", lane_messages.CommitOutcome)``
+* ``("offsets",)`` (lane 0, fed from the pushes topic) → ``("offsets", {table:
+  {partition: next offset}})``: where the tables stand now (a rebalance)
 * ``("stop",)`` → ``("stopped",)``, then the process exits
 * anything that fails → ``("error", traceback)``; the worker is then
   poisoned and refuses to write, so a generation missing a batch is never
@@ -93,6 +97,18 @@ class LaneWorker:
             raise RuntimeError("only the committing lane commits")
         return self.lake.commit(table, files, first, last)
 
+    def commit_topic(
+        self, table: str, files: list[str], ranges: Mapping[int, tuple[int | None, int]]
+    ) -> CommitOutcome:
+        if self.lake is None:
+            raise RuntimeError("only the committing lane commits")
+        return self.lake.commit_topic(table, files, ranges)
+
+    def topic_offsets(self) -> dict[str, dict[int, int]]:
+        if self.lake is None:
+            raise RuntimeError("only the committing lane reads the tables")
+        return self.lake.topic_offsets()
+
     def discard(self) -> None:
         if self._rows is not None:
             self._rows.discard()
@@ -129,6 +145,8 @@ def worker_main(conn: Connection, start: LaneStart) -> None:
             ),
             "write": lambda m: _written(lane, m[1], m[2]),
             "commit": lambda m: ("committed", lane.commit(m[1], m[2], m[3], m[4])),
+            "commit-topic": lambda m: ("committed", lane.commit_topic(m[1], m[2], m[3])),
+            "offsets": lambda _m: ("offsets", lane.topic_offsets()),
         },
         lambda _reason: lane.discard(),
         lane.discard,

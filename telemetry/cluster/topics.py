@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -150,3 +150,26 @@ def ensure_topic(
                 continue  # another node created it meanwhile, or ask again
             raise ClusterError(f"{where}: cannot create it: {kafka_error or error}") from None
         return TopicReady(metadata, replicas)
+
+
+def topic_identity(connection: ClusterConnection, topic: str, timeout_s: float) -> tuple[str, str]:
+    """(cluster id, topic id) of ``topic``: what tells a recreated topic from the one before.
+
+    Kafka gives a topic a new id when it is created again under the same
+    name, and a new cluster a new cluster id; offsets mean something only
+    within one topic id.
+
+    Raises:
+        ClusterError: the cluster did not describe them within ``timeout_s``.
+    """
+    config: dict[str, Any] = {**connection.client_config()}
+    admin = AdminClient(config)
+    try:
+        cluster = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s)
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+        description = described[topic].result(timeout=timeout_s)
+    except (KafkaException, TimeoutError) as error:
+        raise ClusterError(
+            f"topic {topic} at {connection.bootstrap_servers}: cannot describe it: {error}"
+        ) from None
+    return str(cluster.cluster_id), str(description.topic_id)

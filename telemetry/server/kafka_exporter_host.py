@@ -15,6 +15,17 @@ before the next ``consume``, so while the cluster answers, a partition is
 only revoked with everything taken from it exported and committed. A record that does not
 decode is counted, named in the log, and committed past: it never stalls
 the group.
+
+A landing (``exporters.api.PartitionedExporter``: the Iceberg landing) keeps
+its positions in its table, not in the group: on assignment the host asks
+it where each partition resumes and seeks there (a recreated topic starts
+at its first offset, whatever the group committed for the old one); before
+a revocation it has the landing commit what it took of them; the group's
+offsets follow the landing's durable offsets (what ``kip714 log status``
+shows), never what was only exported; a landing that dropped a generation
+(a failed or fenced commit) has every assigned partition fed again from
+where its table stands. Its calls run on the event loop while the
+consumer's thread waits for them (bounded), inside ``consume``.
 """
 
 from __future__ import annotations
@@ -23,17 +34,26 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
+from exporters.api import PartitionedExporter
 from exporters.iceberg.settings import DEFAULT_NAMESPACE
+from telemetry.cluster.topics import topic_identity
 from telemetry.ingest.kafka_log import decode_record
 from telemetry.ingest.record import FrameError
 from telemetry.server.exporter_host import ExporterHost
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from exporters.api import Exporter, LoggedPush
     from telemetry.ingest.config import LogConfig
@@ -48,6 +68,13 @@ SESSION_TIMEOUT_MS: Final = 10_000
 #: How long one ``consume`` waits for records: the bound on noticing a stop while idle.
 _CONSUME_WAIT_S: Final = 0.5
 _COMMITTED_TIMEOUT_S: Final = 10.0
+#: How long the consumer's thread waits for one landing call (a commit of the open
+#: generation takes seconds; a catalog away is retried by the assignment).
+_LANDING_CALL_TIMEOUT_S: Final = 60.0
+#: Backoff of the assignment while the landing cannot read its table: first, longest.
+_ASSIGN_RETRY_S: Final = (0.5, 10.0)
+
+_T = TypeVar("_T")
 
 
 def group_id(settings: ExporterSettings) -> str:
@@ -98,12 +125,27 @@ class KafkaExporterHost(ExporterHost):
         self.lags: dict[int, int] = {}
         #: Records of the topic that do not decode, skipped (counted, named in the log).
         self.undecodable = 0
+        #: The exporter, when it keeps its positions per partition itself (the landing).
+        self._landing = exporter if isinstance(exporter, PartitionedExporter) else None
+        #: A landing's durable offsets as last committed to the group, per partition.
+        self._group_committed: dict[int, int] = {}
+        #: The landing asked for a replay: every assigned partition is sought again.
+        self._reseek = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cluster = log.cluster
+        self._startup_timeout_s = log.cluster.startup_timeout_s
 
     @property
     def lag(self) -> int:
         return sum(self.lags.values())
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._landing is not None:
+            cluster_id, topic_id = await asyncio.to_thread(
+                topic_identity, self._cluster, self.topic, self._startup_timeout_s
+            )
+            self._landing.bind_topic(cluster_id, self.topic, topic_id)
         await self.exporter.start()
         self._started = True
         client_log = _ClientLogger(self.name)
@@ -111,7 +153,7 @@ class KafkaExporterHost(ExporterHost):
             {**self._client_config, "logger": client_log, "error_cb": client_log.error}
         )
         consumer.subscribe(
-            [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+            [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )
         self._consumer = consumer
         self._progress_at = self._clock()
@@ -137,11 +179,7 @@ class KafkaExporterHost(ExporterHost):
             self._doing = f"exporting {len(batch)} pushes of {self.topic}"
             await self._export(batch)
             self._batch = []
-            for push in batch:
-                self._to_commit[push.partition] = push.offset + 1
-        for partition, offset in self._skipped.items():  # past undecodable records
-            self._to_commit[partition] = max(self._to_commit.get(partition, 0), offset)
-        self._skipped = {}
+        self._note_commits(batch)
         if self._to_commit:
             await self._commit_exported()
         if batch:
@@ -152,8 +190,45 @@ class KafkaExporterHost(ExporterHost):
             self._progress_at = self._clock()  # caught up: nothing can be stalled
         return True
 
+    def _note_commits(self, exported: list[LoggedPush]) -> None:
+        """What to commit to the group: past ``exported`` and skipped records, or what a
+        landing's table holds (undecodable records are then skipped again by a new owner)."""
+        skipped, self._skipped = self._skipped, {}
+        if self._landing is not None:
+            for partition, offset in self._landing.durable_offsets().items():
+                if offset > self._group_committed.get(partition, -1):
+                    self._to_commit[partition] = offset
+            return
+        for push in exported:
+            self._to_commit[push.partition] = push.offset + 1
+        for partition, offset in skipped.items():  # past undecodable records
+            self._to_commit[partition] = max(self._to_commit.get(partition, 0), offset)
+
     def _rewind(self) -> bool:
-        return False  # a buffering exporter is not fed from the topic
+        """After a landing dropped a generation: seek every partition to where its table stands.
+
+        What was taken and not exported is dropped; a seek that fails is
+        tried again before the next batch.
+        """
+        landing = self._landing
+        if landing is None:
+            return False
+        if landing.take_replay() is not None:
+            self._reseek = True
+        if not self._reseek:
+            return False
+        self._batch, self._skipped = [], {}
+        with self._calls:
+            consumer = self._consumer
+            if consumer is None:
+                return False
+            for partition, offset in landing.resume_offsets().items():
+                at = OFFSET_BEGINNING if offset is None else offset
+                consumer.seek(TopicPartition(self.topic, partition, at))
+                if offset is not None:
+                    self.positions[partition] = offset
+        self._reseek = False
+        return True
 
     async def _commit_exported(self) -> None:
         offsets = dict(self._to_commit)
@@ -232,6 +307,7 @@ class KafkaExporterHost(ExporterHost):
                 offsets=[TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())],
                 asynchronous=False,
             )
+            self._group_committed.update(offsets)
             self._refresh_lags(consumer)
 
     def _refresh_lags(self, consumer: Consumer) -> None:
@@ -248,6 +324,9 @@ class KafkaExporterHost(ExporterHost):
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Rebalance (inside ``consume``): where each new partition resumes, for lag and logs."""
+        if self._landing is not None:
+            self._assign_landing(consumer, partitions)
+            return
         try:
             committed = consumer.committed(partitions, timeout=_COMMITTED_TIMEOUT_S)
         except KafkaException as error:
@@ -271,13 +350,123 @@ class KafkaExporterHost(ExporterHost):
             self.topic,
         )
 
+    def _assign_landing(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Resume each partition where the landing's table stands (retried while it cannot read).
+
+        Until the landing answers, the partitions are assigned paused: no
+        record of them is taken at a position the table does not confirm.
+        """
+        landing = self._landing
+        assert landing is not None
+        numbers = [p.partition for p in partitions]
+        delay, longest = _ASSIGN_RETRY_S
+        while True:
+            try:
+                offsets = self._on_loop(lambda: landing.assign(numbers))
+                break
+            except Exception as error:
+                if self._stopping.is_set() or self._loop is None or self._loop.is_closed():
+                    consumer.assign(partitions)
+                    consumer.pause(partitions)
+                    return
+                _log.warning(
+                    "exporter %s: cannot take partitions %s of %s over yet (%s); retrying",
+                    self.name,
+                    numbers,
+                    self.topic,
+                    error,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, longest)
+        for partition in partitions:
+            offset = offsets.get(partition.partition)
+            partition.offset = OFFSET_BEGINNING if offset is None else offset
+            self.positions[partition.partition] = 0 if offset is None else offset
+            if offset is not None:
+                self._group_committed[partition.partition] = offset
+        consumer.assign(partitions)
+        _log.info(
+            "exporter %s: group %s assigned partitions %s of %s, resuming where the table "
+            "stands: %s",
+            self.name,
+            self.group,
+            numbers,
+            self.topic,
+            {p: "start" if o is None else o for p, o in sorted(offsets.items())},
+        )
+
+    def _revoke_landing(
+        self, consumer: Consumer, partitions: list[TopicPartition], lost: bool
+    ) -> None:
+        """Have the landing commit what it took of ``partitions``, then the group its offsets.
+
+        Partitions *lost* (this member's session expired) belong to another
+        member already: their offsets are not committed to the group (the
+        landing's table fences a late commit anyway).
+        """
+        landing = self._landing
+        assert landing is not None
+        numbers = [p.partition for p in partitions]
+        try:
+            durable = self._on_loop(lambda: landing.revoke(numbers))
+        except Exception as error:
+            _log.warning(
+                "exporter %s: partitions %s of %s revoked before the landing committed them "
+                "(%s); their next owner resumes where the table stands",
+                self.name,
+                numbers,
+                self.topic,
+                error,
+            )
+            return
+        if lost or not durable:
+            return
+        try:
+            consumer.commit(
+                offsets=[TopicPartition(self.topic, p, o) for p, o in sorted(durable.items())],
+                asynchronous=False,
+            )
+        except KafkaException as error:
+            _log.warning(
+                "exporter %s: committing offsets %s of %s on revocation: %s",
+                self.name,
+                durable,
+                self.topic,
+                error,
+            )
+
+    def _on_loop(self, call: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+        """Run the landing's coroutine ``call()`` on the event loop; wait here (bounded)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise RuntimeError("the event loop is gone")
+        future = asyncio.run_coroutine_threadsafe(call(), loop)
+        try:
+            return future.result(timeout=_LANDING_CALL_TIMEOUT_S)
+        except BaseException:
+            future.cancel()
+            raise
+
+    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._landing is not None:
+            self._revoke_landing(consumer, partitions, lost=True)
+        self._forget(partitions)
+
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Everything taken was exported and committed before this ``consume``: just forget."""
-        del consumer
+        """Everything taken was exported and committed before this ``consume``: just forget.
+
+        A landing commits what it took of them first (``_revoke_landing``).
+        """
+        if self._landing is not None:
+            self._revoke_landing(consumer, partitions, lost=False)
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         for partition in partitions:
             self.positions.pop(partition.partition, None)
             self.lags.pop(partition.partition, None)
             self._to_commit.pop(partition.partition, None)
+            self._group_committed.pop(partition.partition, None)
 
     def _close_consumer(self) -> None:
         """Leave the group at once (its partitions move now, not after the session timeout)."""

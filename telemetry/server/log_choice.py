@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING
 
-from exporters.api import BufferingExporter
+from exporters.api import BufferingExporter, PartitionedExporter
 from telemetry.ingest import IngestLog
 from telemetry.ingest.inspection import inspect_log
 from telemetry.server.exporter_host import ExporterHost
@@ -87,11 +87,11 @@ def exporter_host(
         return ExporterHost(settings, exporter, log)
     from telemetry.server.kafka_exporter_host import KafkaExporterHost  # noqa: PLC0415
 
-    if isinstance(exporter, BufferingExporter):
+    if isinstance(exporter, BufferingExporter) and not isinstance(exporter, PartitionedExporter):
         raise StartupError(
-            f"exporters.{settings.name} ({settings.type}) buffers before it makes pushes "
-            'durable, which [log] store = "kafka" does not feed yet: set '
-            f"[exporters.{settings.name}] enabled = false"
+            f"exporters.{settings.name} ({settings.type}) keeps one position for the whole "
+            'log, which [log] store = "kafka" cannot feed (its partitions move between nodes): '
+            f"set [exporters.{settings.name}] enabled = false"
         )
     return KafkaExporterHost(settings, exporter, config)
 

@@ -59,8 +59,10 @@ def test_the_schema_contract_columns_types_partitioning_and_sort(tmp_path: Path)
     exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]], workers=0)
     table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
     schema = table.schema()
-    assert [f.name for f in schema.fields] == [*COLUMNS, "node_id", "ingest_node"]
+    assert [f.name for f in schema.fields] == [*COLUMNS, "node_id", "ingest_node", "log_partition"]
     types = {f.name: str(f.field_type) for f in schema.fields}
+    assert types["log_partition"] == "int"
+    assert table.properties["commit.retry.num-retries"] == "0"  # the landing retries itself
     assert types["time"] == types["start_time"] == types["received_time"] == "timestamptz"
     assert types["count"] == types["exp_zero_count"] == "long"
     assert types["bucket_counts"] == "list<long>"
@@ -172,10 +174,14 @@ def test_switching_from_a_parquet_landing_starts_after_its_last_publication(
 def test_schema_evolution_adds_missing_columns_by_name(tmp_path: Path) -> None:
     exporter = IcebergExporter({"path": str(tmp_path)})
     catalog = open_catalog(exporter.location)
-    old = pa.schema([f for f in lake_metrics_schema() if f.name != "ingest_node"])
+    # A table an earlier version created: without ``ingest_node`` and ``log_partition``.
+    added = {"ingest_node", "log_partition"}
+    old = pa.schema([f for f in lake_metrics_schema() if f.name not in added])
     catalog.create_table(("kip714", "metrics"), schema=old)
     table = open_table(catalog, "kip714", "metrics")
-    assert [f.name for f in table.schema().fields][-2:] == ["node_id", "ingest_node"]
+    names = [f.name for f in table.schema().fields]
+    assert names[:-2] == old.names
+    assert set(names[-2:]) == added
 
 
 def test_data_files_carry_statistics_only_for_the_columns_the_table_keeps_metrics_of(

@@ -299,7 +299,7 @@ class Load(threading.Thread):
             target = self.live[index % len(self.live)]
             try:
                 answer = asyncio.run(push_as(target, f"fleet-{index}"))
-            except OSError:  # the node being killed
+            except (OSError, EOFError):  # the node being killed (reset, or closed mid-answer)
                 answer = None
             if answer is not None and answer.error_code == ErrorCode.NONE:
                 self.acknowledged.append(f"fleet-{index}")

@@ -1,0 +1,181 @@
+"""The Iceberg landing fed from the pushes topic: every acknowledged push in the table once.
+
+``kip714 serve`` nodes with ``[log] store = "kafka"`` on a real broker share
+one lake (a SQLite catalog and a warehouse on this disk); nodes are killed
+with SIGKILL and the table is read back with pyiceberg, by client (one data
+point per push) and by (``log_partition``, ``push_offset``).
+``tests/exporters/test_iceberg_partitioned.py`` has the races in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog import load_catalog
+
+from telemetry.errors import ErrorCode
+from tests.kafka.test_kafka_log import (
+    SOON_S,
+    Load,
+    push_as,
+    subscribes,
+    topic_records,
+    wait_for,
+)
+from tests.telemetry.serve_process import ServeProcess
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.kafka.kafka_dist import KafkaBroker
+
+NODE_CONFIG = """
+[subscriptions.base]
+metrics = ["org.apache.kafka.producer."]
+"interval.ms" = 60000
+[lake]
+catalog = {{ type = "sql", uri = "sqlite:///{lake}/catalog.db" }}
+warehouse = "{lake}/warehouse"
+[exporters.landing.options]
+max_file_age_s = 1.0
+workers = 1
+[log]
+store = "kafka"
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}"
+startup_timeout_s = 30
+"""
+
+
+def node(root: Path, name: str, broker: KafkaBroker, topic: str) -> ServeProcess:
+    config = NODE_CONFIG.format(lake=root / "lake", bootstrap=broker.bootstrap, topic=topic)
+    return ServeProcess(root / name, config)
+
+
+def landed(root: Path) -> list[dict[str, Any]]:
+    """``client_id``, ``log_partition`` and ``push_offset`` of every committed row."""
+    lake = root / "lake"
+    if not (lake / "catalog.db").exists():
+        return []
+    catalog = load_catalog(
+        "kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"{lake}/warehouse"
+    )
+    if not catalog.table_exists(("kip714", "metrics")):
+        return []
+    table = catalog.load_table(("kip714", "metrics"))
+    scanned = table.scan(selected_fields=("client_id", "log_partition", "push_offset"))
+    rows: list[dict[str, Any]] = scanned.to_arrow().to_pylist()
+    return rows
+
+
+def commit_history(root: Path) -> list[tuple[str, str]]:
+    """(node, offsets) of each landing commit, oldest first (for failure messages)."""
+    lake = root / "lake"
+    catalog = load_catalog(
+        "kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"{lake}/warehouse"
+    )
+    table = catalog.load_table(("kip714", "metrics"))
+    history = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    props = [s.summary.additional_properties for s in history if s.summary is not None]
+    return [(p.get("kip714.node-id", "?"), p.get("kip714.kafka.offsets", "?")) for p in props]
+
+
+def landed_clients(root: Path) -> Counter[str]:
+    return Counter(row["client_id"] for row in landed(root))
+
+
+def assert_each_once(root: Path, acknowledged: set[str]) -> None:
+    rows = landed(root)
+    by_client = Counter(row["client_id"] for row in rows)
+    by_position = Counter((row["log_partition"], row["push_offset"]) for row in rows)
+    assert acknowledged <= set(by_client), sorted(acknowledged - set(by_client))[:10]
+    assert {c: n for c, n in by_client.items() if n != 1} == {}
+    assert {p: n for p, n in by_position.items() if n != 1} == {}
+    assert all(partition is not None for partition, _ in by_position)
+
+
+def test_a_node_killed_and_its_disk_lost_its_pushes_land_once_through_another(
+    tmp_path: Path, broker: KafkaBroker
+) -> None:
+    """Issue 39: A acknowledges, is SIGKILLed, its data dir deleted; B lands all once in 60 s."""
+    topic = "landing-lost-node"
+    first = node(tmp_path, "a", broker, topic).start()
+    acknowledged: set[str] = set()
+    try:
+        for n in range(60):
+            if asyncio.run(push_as(first, f"lost-{n}")).error_code == ErrorCode.NONE:
+                acknowledged.add(f"lost-{n}")
+    finally:
+        first.kill()  # SIGKILL: whatever its landing had not committed is only in the topic
+    shutil.rmtree(first.data_dir)
+    assert len(acknowledged) == 60
+    second = node(tmp_path, "b", broker, topic).start()
+    try:
+        wait_for(
+            lambda: acknowledged <= set(landed_clients(tmp_path)),
+            SOON_S,
+            "node B lands what node A acknowledged",
+        )
+    finally:
+        assert second.stop() == 0
+    assert_each_once(tmp_path, acknowledged)
+
+
+def test_three_nodes_one_killed_under_load_every_acknowledged_push_lands_once(
+    tmp_path: Path, broker: KafkaBroker
+) -> None:
+    """kill -9 of one of three nodes at a random moment (fixed seed; more seeds by hand)."""
+    rng = random.Random(39)
+    topic = "landing-fleet"
+    nodes = [node(tmp_path, name, broker, topic).start() for name in ("a", "b", "c")]
+    load = Load(nodes)
+    try:
+        load.start()
+        wait_for(lambda: len(load.acknowledged) >= 60, SOON_S, "the fleet acknowledges pushes")
+        time.sleep(rng.uniform(0.0, 3.0))
+        victim = rng.choice(nodes)
+        load.live = [n for n in nodes if n is not victim]
+        victim.kill()  # SIGKILL: its open generation is lost; the topic still holds it
+        at_kill = len(load.acknowledged)
+        wait_for(
+            lambda: len(load.acknowledged) >= at_kill + 40,
+            SOON_S,
+            "the survivors acknowledge pushes",
+        )
+        load.finish()
+        acknowledged = set(load.acknowledged)
+        try:
+            wait_for(
+                lambda: acknowledged <= set(landed_clients(tmp_path)),
+                2 * SOON_S,
+                "every acknowledged push lands (the victim's partitions moved)",
+            )
+        except AssertionError as failure:
+            missing = acknowledged - set(landed_clients(tmp_path))
+            where = sorted(
+                (r.partition, r.offset)
+                for r in topic_records(broker, topic)
+                if r.client_id in missing
+            )
+            missing_at = f"missing at {where}; commits {commit_history(tmp_path)}"
+            said = [f"{n.data_dir.name}: {line}" for n in nodes for line in n.lines]
+            raise AssertionError(
+                f"{failure}; {len(missing)} of {len(acknowledged)} {missing_at}; the nodes said:\n"
+                + "\n".join(
+                    line for line in said if '"level": "info"' not in line or "assigned" in line
+                )[-20000:]
+            ) from None
+        assert all(asyncio.run(subscribes(n)) for n in load.live)
+    finally:
+        load.stopping.set()
+        for n in nodes:
+            if n.process is not None and n.process.poll() is None:
+                assert n.stop() == 0
+            else:
+                n.kill()
+    assert_each_once(tmp_path, acknowledged)
