@@ -14,6 +14,7 @@ from exporters.api import (
     ExportError,
     LogBoundExporter,
     LoggedPush,
+    PartitionedExporter,
     PermanentExportError,
     TransientExportError,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "ExporterFactory",
     "LogBoundExporter",
     "LoggedPush",
+    "PartitionedExporter",
     "PermanentExportError",
     "TransientExportError",
 ]

@@ -103,6 +103,12 @@ class LoggedPush:
             the local log; with ``[log] store = "kafka"`` the pushes topic's
             partition, and ``offset`` is the Kafka offset within it (unique
             per topic id and partition, increasing within a partition).
+        received_bytes: The payload's size as the client sent it
+            (compressed): what the ``push_byte_rate`` quota counts. ``None``
+            when unknown (a record an early version logged).
+        decoded_bytes: The payload's size decompressed, before any broker
+            attributes were added: what ``push_decoded_byte_rate`` counts.
+            ``None`` when unknown (a push not read from the ingest log).
     """
 
     offset: int
@@ -122,6 +128,8 @@ class LoggedPush:
     broker_id: int | None = None
     broker_listener: str | None = None
     partition: int = 0
+    received_bytes: int | None = None
+    decoded_bytes: int | None = None
 
 
 @runtime_checkable

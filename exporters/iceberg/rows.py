@@ -17,7 +17,7 @@ import cProfile
 import operator
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 
+from exporters.api import LoggedPush
 from exporters.iceberg.schema import (
     METRICS_STATISTICS,
     METRICS_TABLE,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
     from pyiceberg.io import FileIO
 
-    from exporters.api import LoggedPush
 
 __all__ = [
     "BatchReply",
@@ -76,6 +76,8 @@ PROFILE_ENV: Final = "KIP714_LANDING_PROFILE"
 _FLOAT_COLUMNS: Final = ("value", "sum", "min", "max")
 _payload: Final = operator.attrgetter("payload")
 _offset: Final = operator.attrgetter("offset")
+#: A push's fields but its offset, in order (a copy keyed by index: ``LoggedPush(i, *...)``).
+_past_offset: Final = operator.attrgetter(*(f.name for f in fields(LoggedPush)[1:]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,16 +353,21 @@ class LakeRows:
         raw, self.pending_raw = self.pending_raw, []
         fresh = skip_oversized(fresh, self.config.max_data_points_per_push, stats)
         if fresh:
-            keyed: Sequence[LoggedPush] | None = None
-            if self.config.partitioned:  # offsets repeat across partitions: key rows by index
-                keyed, fresh = fresh, [replace(p, offset=i) for i, p in enumerate(fresh)]
+            pushes, keyed = fresh, self.config.partitioned
+            if keyed:  # offsets repeat across the topic's partitions: flatten by index
+                fresh = [LoggedPush(i, *_past_offset(p)) for i, p in enumerate(pushes)]
             flat, flat_stats, unlandable = flatten_to_table(fresh, by_kind=self.config.by_kind)
-            if keyed is not None:
-                named = [keyed[i].offset for i in flat_stats.undecodable_offsets]
+            if keyed:
+                named = [pushes[i].offset for i in flat_stats.undecodable_offsets]
                 flat_stats.undecodable_offsets = named
             stats.merge(flat_stats)
             table, reply.refused_counts = to_lake_rows(
-                flat, self.config.node_id, encoded=True, keyed=keyed
+                flat,
+                self.config.node_id,
+                encoded=True,
+                pushes=pushes,
+                keyed=keyed,
+                partitioned=keyed,
             )
             reply.unlandable = len(unlandable)
             reply.rows = table.num_rows

@@ -7,9 +7,13 @@ three times are ``timestamptz`` (µs), and every ``uint64`` (``count``,
 Iceberg (and Spark) have no unsigned integer. Two columns follow:
 ``node_id``, the broker a per-node metric describes, decoded once from the
 data point attributes with the keys the rollups use (``NODE_ID_ATTRIBUTES``),
-``ingest_node``, the kip714 server that landed the row, and ``log_partition``,
+``ingest_node``, the kip714 server that landed the row, ``log_partition``,
 the partition of the pushes topic the push was in (``[log] store = "kafka"``,
-where ``push_offset`` is the Kafka offset within it; null for the local log).
+where ``push_offset`` is the Kafka offset within it; null for the local log),
+and ``push_bytes`` and ``push_decoded_bytes``, the push's payload as sent
+and decompressed (the demand of kip714's ``push_byte_rate`` and
+``push_decoded_byte_rate`` quotas; the same on every row of a push, which
+Parquet's dictionary encoding stores about once a push).
 
 A count above 2^63−1 cannot be a ``long``; such a data point is refused (left
 out and counted), never wrapped to a negative number.
@@ -85,6 +89,8 @@ def lake_metrics_schema() -> pa.Schema:
         pa.field("node_id", pa.string()),
         pa.field("ingest_node", pa.string()),
         pa.field("log_partition", pa.int32()),
+        pa.field("push_bytes", pa.int64()),
+        pa.field("push_decoded_bytes", pa.int64()),
     ]
     return pa.schema(fields)
 
@@ -191,16 +197,21 @@ def to_lake_rows(
     ingest_node: str,
     *,
     encoded: bool = False,
-    keyed: Sequence[LoggedPush] | None = None,
+    pushes: Sequence[LoggedPush] | None = None,
+    keyed: bool = False,
+    partitioned: bool = False,
 ) -> tuple[pa.Table, int]:
     """Landing rows (``metrics_schema``) as ``metrics`` table rows, and how many were refused.
 
     ``table``'s string columns may be dictionaries (``landing.schema.ENCODED_COLUMNS``).
     The rows are of ``lake_metrics_schema()``, or with ``encoded`` of
-    ``lake_encoded_schema()`` (the same values). With ``keyed`` (pushes of
-    the pushes topic), ``table`` was flattened from copies of them whose
-    offset is their index in ``keyed``: each row gets its push's Kafka offset
-    and partition back (offsets alone repeat across partitions).
+    ``lake_encoded_schema()`` (the same values). With ``pushes`` (those
+    ``table`` was flattened from), each row gets its push's partition
+    (pushes of the pushes topic, ``partitioned``) and sizes, found by its
+    ``push_offset``; with ``keyed``, ``table`` was flattened from copies of
+    ``pushes`` whose offset is their index (offsets repeat across the
+    topic's partitions), and rows get the real offset back. Without
+    ``pushes`` those columns are null.
     """
     refused = 0
     mask = _overflowing(table)
@@ -208,14 +219,21 @@ def to_lake_rows(
         refused = pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
         table = table.filter(pc.invert(mask))
     schema = lake_encoded_schema() if encoded else lake_metrics_schema()
-    partitions: pa.Array = pa.nulls(table.num_rows, pa.int32())
-    if keyed is not None:
+    per_push = [pa.nulls(table.num_rows, schema.field(name).type) for name in _PER_PUSH]
+    if pushes is not None:
+        offsets = pa.array([p.offset for p in pushes], pa.int64())
         index = table.column("push_offset")
-        offsets = pc.take(pa.array([p.offset for p in keyed], pa.int64()), index)
-        partitions = pc.take(pa.array([p.partition for p in keyed], pa.int32()), index)
-        table = table.set_column(
-            table.schema.get_field_index("push_offset"), "push_offset", offsets
-        )
+        if keyed:
+            where = table.schema.get_field_index("push_offset")
+            table = table.set_column(where, "push_offset", pc.take(offsets, index))
+        else:  # one log: its offsets are unique
+            index = pc.index_in(index, value_set=offsets)
+        per_push = [
+            pc.take(pa.array(values, schema.field(name).type), index)
+            for name, values in zip(
+                _PER_PUSH, _per_push_values(pushes, partitioned=partitioned), strict=True
+            )
+        ]
     arrays = [table.column(f.name).cast(schema.field(f.name).type) for f in metrics_schema()]
     arrays.append(
         _node_ids(table.column("attributes")) if table.num_rows else pa.array([], pa.string())
@@ -225,8 +243,23 @@ def to_lake_rows(
         zeros = pa.repeat(pa.scalar(0, pa.int32()), table.num_rows)
         node = pa.DictionaryArray.from_arrays(zeros, pa.array([ingest_node], pa.string()))
     arrays.append(node)
-    arrays.append(partitions)
+    arrays.extend(per_push)
     return pa.Table.from_arrays(arrays, schema=schema), refused
+
+
+#: The ``metrics`` columns a push decides, past ``metrics_schema``'s (``_per_push_values``).
+_PER_PUSH: Final = ("log_partition", "push_bytes", "push_decoded_bytes")
+
+
+def _per_push_values(
+    pushes: Sequence[LoggedPush], *, partitioned: bool
+) -> tuple[list[int | None], list[int | None], list[int | None]]:
+    """``_PER_PUSH``'s values of ``pushes``: the partition only for pushes of the topic."""
+    return (
+        [p.partition for p in pushes] if partitioned else [None] * len(pushes),
+        [p.received_bytes for p in pushes],
+        [len(p.payload) if p.decoded_bytes is None else p.decoded_bytes for p in pushes],
+    )
 
 
 def _constant(text: str, rows: int) -> pa.Array:

@@ -367,8 +367,11 @@ def decode_checked_body(buf: bytes, start: int, end: int) -> LoggedPush:
     if instance_id is None or content_type is None:
         raise FrameError(at, "required string missing")
     payload = buf[pos:end]
+    # Version 1 stored the payload decompressed: its size as sent is unknown.
+    received_bytes: int | None = None if size < 0 else end - pos
     if size >= 0:
         payload = _decompressed(at, compression, payload, size)
+    decoded_bytes = len(payload)
     broker: int | None = broker_id if flags & _HAS_BROKER_ID else None
     if broker is not None or listener is not None:
         payload = with_broker_attributes(payload, broker, listener)
@@ -389,6 +392,8 @@ def decode_checked_body(buf: bytes, start: int, end: int) -> LoggedPush:
         payload=payload,
         broker_id=broker,
         broker_listener=listener,
+        received_bytes=received_bytes,
+        decoded_bytes=decoded_bytes,
     )
 
 

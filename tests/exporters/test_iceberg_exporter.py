@@ -59,7 +59,10 @@ def test_the_schema_contract_columns_types_partitioning_and_sort(tmp_path: Path)
     exporter = run(tmp_path, [[push(PRODUCER_PUSH.read_bytes(), offset=0)]], workers=0)
     table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
     schema = table.schema()
-    assert [f.name for f in schema.fields] == [*COLUMNS, "node_id", "ingest_node", "log_partition"]
+    assert [f.name for f in schema.fields] == [
+        *COLUMNS,
+        *("node_id", "ingest_node", "log_partition", "push_bytes", "push_decoded_bytes"),
+    ]
     types = {f.name: str(f.field_type) for f in schema.fields}
     assert types["log_partition"] == "int"
     assert table.properties["commit.retry.num-retries"] == "0"  # the landing retries itself

@@ -82,6 +82,6 @@ def test_a_lanes_data_file_reads_as_plain_lake_rows(tmp_path: Path) -> None:
     read = pa.concat_tables([pq.read_table(f.location.removeprefix("file://")) for f in files])
     assert read.schema == lake_metrics_schema()
     flat, _, _ = reference_table(pushes)
-    rows, _ = to_lake_rows(flat, "n")
+    rows, _ = to_lake_rows(flat, "n", pushes=pushes)
     order = [("push_offset", "ascending"), ("metric_name", "ascending"), ("time", "ascending")]
     assert read.sort_by(order).to_pylist() == rows.sort_by(order).to_pylist()

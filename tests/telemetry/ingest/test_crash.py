@@ -96,6 +96,8 @@ def _expected(offset: int, seq: int) -> LoggedPush:
         terminating=False,
         content_type="OTLP",
         payload=crash_payload(seq),
+        received_bytes=len(crash_payload(seq)),
+        decoded_bytes=len(crash_payload(seq)),
     )
 
 

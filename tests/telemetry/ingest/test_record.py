@@ -39,6 +39,8 @@ def test_round_trip_keeps_every_field() -> None:
         terminating=True,
         content_type="OTLP",
         payload=payload(7),
+        received_bytes=len(payload(7)),  # stored as sent: uncompressed here
+        decoded_bytes=len(payload(7)),
     )
 
 

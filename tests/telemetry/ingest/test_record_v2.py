@@ -108,6 +108,9 @@ async def test_a_version_1_log_on_disk_stays_readable_and_takes_version_2_append
     for seq in range(5):
         assert_matches(records[seq], seq)
     assert records[5].payload == OTLP
+    # Sizes as sent and decompressed (issue 42's push_bytes): unknown as sent in version 1.
+    assert (records[5].received_bytes, records[5].decoded_bytes) == (len(sent), len(OTLP))
+    assert (records[0].received_bytes, records[0].decoded_bytes) == (None, len(payload(0)))
     # One segment of both versions: whole after a reopen, no damage for inspection.
     log = await IngestLog.open(tmp_path)
     assert log.log_end == 6

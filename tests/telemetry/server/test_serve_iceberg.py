@@ -11,9 +11,13 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import zstandard
 from pyiceberg.catalog import load_catalog
 
+from telemetry.core.codecs import CompressionType
+from telemetry.errors import ErrorCode
 from tests.s3.s3proxy import ACCESS_KEY, CHECKSUM_ENV, REGION, SECRET_KEY, S3Proxy
+from tests.telemetry.kafka_wire_client import WireClient, otlp_payload
 from tests.telemetry.serve_process import ServeProcess, run_clients
 from tests.telemetry.server.landing_support import (
     POINTS_PER_PUSH,
@@ -25,6 +29,8 @@ from tests.telemetry.server.landing_support import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
+
+    from telemetry.wire import PushTelemetryResponse
 
 CONFIG = """
 [subscriptions.all]
@@ -65,7 +71,16 @@ def lake_rows(lake: Path, storage: Mapping[str, str] | None = None) -> list[dict
     if not catalog.table_exists(("kip714", "metrics")):
         return []
     table = catalog.load_table(("kip714", "metrics"))
-    columns = ("push_offset", "metric_name", "ingest_node", "client_id", "terminating")
+    columns = (
+        "push_offset",
+        "metric_name",
+        "ingest_node",
+        "client_id",
+        "terminating",
+        "push_bytes",
+        "push_decoded_bytes",
+        "log_partition",
+    )
     rows: list[dict[str, Any]] = table.scan(selected_fields=columns).to_arrow().to_pylist()
     return rows
 
@@ -181,6 +196,38 @@ def test_real_clients_land_in_the_default_lake_of_the_data_dir(tmp_path: Path) -
     assert collections.Counter(r["push_offset"] for r in rows) == collections.Counter(
         line["push_offset"] for line in lines
     )
+
+
+def test_each_row_carries_its_push_size_as_sent_and_decompressed(tmp_path: Path) -> None:
+    """Issue 42: the demand of push_byte_rate and push_decoded_byte_rate, per row of a push."""
+    data = tmp_path / "data"
+    raw = otlp_payload("org.apache.kafka.producer.bytes", points=3)
+    sent = zstandard.compress(raw)
+    assert len(sent) != len(raw)
+    server = ServeProcess(data, DEFAULT_LAKE.format(out=tmp_path / "out")).start()
+
+    async def push() -> PushTelemetryResponse:
+        client = await WireClient.connect(*server.kafka, "sizes")
+        try:
+            subscribed = await client.subscribe()
+            return await client.push(
+                subscribed.client_instance_id,
+                subscribed.subscription_id,
+                sent,
+                CompressionType.ZSTD,
+            )
+        finally:
+            await client.close()
+
+    try:
+        assert asyncio.run(push()).error_code == ErrorCode.NONE
+        assert server.stop() == 0  # SIGTERM: the generation is committed
+    finally:
+        server.kill()
+    rows = lake_rows(data / "lake")
+    assert len(rows) == 3
+    assert {(r["push_bytes"], r["push_decoded_bytes"]) for r in rows} == {(len(sent), len(raw))}
+    assert {r["log_partition"] for r in rows} == {None}  # the local log
 
 
 def test_three_nodes_exactly_once_with_the_warehouse_on_a_real_s3_server(
