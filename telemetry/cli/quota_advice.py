@@ -492,7 +492,17 @@ def _print(
         )  # fmt: skip
     for (user, client), software in sorted(demand.silent.items()):
         lines.append(
-            ("-", user, client, "no observed rate", f"({software} pushes none)", "", "", "", "")
+            (
+                "-",
+                user,
+                client,
+                "no observed rate",
+                f"({software} pushes no byte rate)",
+                "",
+                "",
+                "",
+                "",
+            )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for cells in lines:
