@@ -25,6 +25,12 @@ levels, each resolved to the sensors it would create by
 ``quotas.entity.quota_metric_tags`` (Kafka's precedence): a quota set on
 ``/users/<default>`` is one sensor per user, shared by that user's clients,
 while ``/users/<default>/clients/<default>`` is one per client.
+
+Kafka quotas are printed as ``kafka-configs.sh`` commands and never
+applied: kip714 is not the cluster. kip714's own push quotas are set with
+``--apply`` through the HTTP admin API (``telemetry.admin.admin_client``,
+what ``kip714 quotas --http`` uses) and read back, so an operator sees the
+change in force rather than trusting the request.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ def test_the_rollup_reads_the_demand_as_the_cli_does() -> None:
     assert RATE_QUOTAS == cli.RATE_METRICS
     assert PUSH_QUOTAS == cli.KIP714_QUOTAS
     assert cli.build_parser().get_default("headroom") == HEADROOM == 1.5
+    # The users the rollup writes below, for the principals it reads there.
+    assert (cli.user_of("User:alice"), cli.user_of(None)) == ("alice", "ANONYMOUS")
 
 
 def test_peak_mean_and_proposal_per_hour_quota_and_entity(spark: SparkSession) -> None:
