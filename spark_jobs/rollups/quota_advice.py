@@ -65,9 +65,18 @@ QUOTA_ADVICE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _user() -> Column:
-    """Kafka's quota user: the principal's name (``User:alice`` -> ``alice``), as the CLI."""
-    principal = sf.col("principal")
+def _principal(points: DataFrame) -> Column:
+    if "principal" in points.columns:
+        return sf.col("principal")
+    return sf.lit(None).cast("string")
+
+
+def _user(points: DataFrame) -> Column:
+    """Kafka's quota user: the principal's name (``User:alice`` -> ``alice``), as the CLI.
+
+    Frames without ``principal`` (the rollups' prepared projection) are anonymous.
+    """
+    principal = _principal(points)
     return (
         sf.when(principal.isNull() | (principal == ""), sf.lit("ANONYMOUS"))
         .otherwise(sf.regexp_replace(principal, "^[^:]*:", ""))
@@ -84,7 +93,7 @@ def _rate_minutes(points: DataFrame) -> DataFrame:
         points.where(sf.col("metric_name").isin(list(RATE_QUOTAS)) & sf.col("value").isNotNull())
         .groupBy(
             quota.alias("quota"),
-            _user(),
+            _user(points),
             sf.coalesce(sf.col("client_id"), sf.lit("")).alias("client_id"),
             window_column(_MINUTE_S),
             "client_instance_id",
@@ -96,14 +105,14 @@ def _rate_minutes(points: DataFrame) -> DataFrame:
 def _push_minutes(points: DataFrame) -> DataFrame | None:
     """The same from the push sizes: each push once, its bytes over the minute's 60 s."""
     columns = [c for c in PUSH_QUOTAS if c in points.columns]
-    if not columns:
+    if not columns or "received_time" not in points.columns:
         return None
     pushes = (
         points.where(sf.coalesce(*(sf.col(c).isNotNull() for c in columns)))
         .groupBy("client_instance_id", "received_time")
         .agg(
             sf.min("time").alias("time"),
-            sf.max("principal").alias("principal"),
+            sf.max(_principal(points)).alias("principal"),
             sf.max("client_id").alias("client_id"),
             *(sf.max(c).alias(c) for c in columns),
         )
@@ -121,7 +130,7 @@ def _push_minutes(points: DataFrame) -> DataFrame | None:
         .where(sf.col("size.bytes").isNotNull())
         .groupBy(
             sf.col("size.quota").alias("quota"),
-            _user(),
+            _user(pushes),
             sf.coalesce(sf.col("client_id"), sf.lit("")).alias("client_id"),
             window_column(_MINUTE_S),
             "client_instance_id",
