@@ -168,14 +168,14 @@ _KAFKA: Final = frozenset(RATE_METRICS.values())
 
 
 def _push_demand(demand: Demand, push_rows: Iterable[dict[str, Any]]) -> None:
-    seen: set[tuple[str, int]] = set()
+    seen: set[tuple[str, dt.datetime]] = set()
     events: dict[Entity, list[DemandEvent]] = defaultdict(list)
     for row in push_rows:
-        at_ms = _ms(row["received_time"])
-        push = (str(row.get("client_instance_id")), at_ms)
-        if push in seen:
+        push = (str(row.get("client_instance_id")), row["received_time"])
+        if push in seen:  # another row of a push already counted
             continue
         seen.add(push)
+        at_ms = _ms(row["received_time"])
         user, client = user_of(row.get("principal")), row.get("client_id") or ""
         for column, kind in KIP714_QUOTAS.items():
             size = row.get(column)

@@ -158,6 +158,12 @@ def test_default_and_shared_entities_follow_kafkas_precedence() -> None:
         ("producer_byte_rate", None, d): (8, 3, 7000.0, 10500.0),
     }
     assert all(a.replayed.throttled_events == 0 for a in advice)  # 1.5 x every peak
+    # With a budget, a default entity scales its busiest sensor's peak by the tenants' B/P:
+    # P is the concurrent peak, 4,000 + 1,000 + 2,000 + 3,000 in minute 3.
+    budgeted, arithmetic = advise(demand, headroom=1.5, budget=3500.0)
+    every = next(a for a in budgeted if a.entity == ("producer_byte_rate", d, d))
+    assert every.proposal == pytest.approx(4000.0 * 3500.0 / 10_000.0)
+    assert "P = 10,000 B/s" in arithmetic[0]
 
     # A quota at the peak: /users/<default> replays alice's two clients as one sensor (the
     # sum), and the worst-throttled sensor is hers; bob's and carol's are never throttled.
