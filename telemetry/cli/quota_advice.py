@@ -409,9 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
         choices=range(1, 9),
         default=1,
         metavar="1-8",
-        help="which entities' proposals --apply sets, by Kafka's precedence: 1 = each "
-        "(user, client-id), 5 = /users/<default>/clients/<default>, 6 = /users/<default>, "
-        "8 = /clients/<default> (see docs/quotas.md)",
+        help="which entities' push quota proposals the dry run prints and --apply sets, by "
+        "Kafka's precedence (default: 1, each (user, client-id); 5 = "
+        "/users/<default>/clients/<default>, 6 = /users/<default>, 8 = /clients/<default>; "
+        "see docs/quotas.md)",
     )
     return parser
 
