@@ -181,7 +181,11 @@ def write_report(
             sources.append(name)
             window = name.removeprefix("gauges_")
             break
+    quota_advice = read_rollup(data_dir, "quota_advice_1h", start, end, lake=lake)
+    if quota_advice is not None:
+        sources.append("quota_advice_1h")
     fleet = build(
+        quota_advice=quota_advice,
         inventory=tables["client_inventory_1h"],
         health=tables["client_health_1h"],
         alerts=tables["client_alerts_1h"],

@@ -16,7 +16,7 @@ from report.svg import line_chart
 if TYPE_CHECKING:
     import datetime as dt
 
-    from report.model import Alert, ClientReport, Fleet, InventoryLine
+    from report.model import Alert, ClientReport, Fleet, InventoryLine, QuotaAdviceLine
 
 __all__ = ["render"]
 
@@ -91,6 +91,7 @@ def render(fleet: Fleet, period: str, sources: str) -> str:
     body += _fleet(fleet)
     body += _alerts_section(fleet.alerts)
     body += _throttled_section(clients)
+    body += _quota_section(fleet.quota_advice)
     body += ['<h2 id="clients">Clients</h2>', _client_table(clients), _CLIENTS_NOTE]
     for index, client in enumerate(clients):
         body += _client_section(index, client, fleet.window)
@@ -196,6 +197,46 @@ def _throttled_section(clients: list[ClientReport]) -> list[str]:
         '<p class="note">throttle max: the largest <code>produce.throttle.time.max</code> the '
         "client pushed (<code>client_health_1h.throttle_time_max_ms</code>): a broker's quota "
         "delayed it (<code>kip714 quotas advise</code> proposes quotas from observed demand).</p>",
+    ]
+
+
+def _quota_section(advice: list[QuotaAdviceLine] | None) -> list[str]:
+    """How to define the quotas: each entity's observed demand and KIP-599's proposal."""
+    title = '<h2 id="quota-advice">Quota advice</h2>'
+    if advice is None:
+        return [
+            title,
+            "<p>No <code>quota_advice_1h</code> table: run <code>kip714 rollup</code>.</p>",
+        ]
+    if not advice:
+        return [
+            title,
+            "<p>No quota demand in this period: no client pushed a byte rate (Java clients' "
+            "<code>outgoing.byte.rate</code> / <code>incoming.byte.rate</code>; librdkafka "
+            "pushes none) and the landing holds no push sizes.</p>",
+        ]
+    rows = "".join(
+        f'<tr><td class="text">{escape(line.quota)}</td>'
+        f'<td class="text">{escape(line.user)}</td>'
+        f'<td class="text">{escape(line.client_id or "-")}</td>'
+        f"<td>{_number(line.peak_byte_rate)}</td><td>{_number(line.mean_byte_rate)}</td>"
+        f"<td>{_number(line.proposal_byte_rate)}</td><td>{_count(line.hours)}</td></tr>"
+        for line in advice
+    )
+    head = (
+        '<tr><th class="text">quota</th><th class="text">user</th><th class="text">client</th>'
+        "<th>peak B/s</th><th>mean B/s</th><th>proposal B/s</th><th>hours</th></tr>"
+    )
+    headroom = ", ".join(sorted({f"{line.headroom:g}" for line in advice}))
+    return [
+        title,
+        f'<table id="quota-advice-table">{head}{rows}</table>',
+        '<p class="note">Per quota entity (user, client-id) over the period '
+        "(<code>quota_advice_1h</code>): the byte rate of its busiest minute and its mean over "
+        f"the minutes with demand; proposal: the peak x the headroom ({escape(headroom)}), "
+        "KIP-599's method. <code>kip714 quotas advise</code> replays the demand through "
+        "Kafka's quota algorithm (how often a proposal would throttle), proposes the default "
+        "entities, and sets kip714's own push quotas (<code>--apply</code>).</p>",
     ]
 
 

@@ -6,7 +6,9 @@ worst severity among the health rules it fired, ``client_alerts_1h``) and
 the alerts of the period, worst first. Then one section per client: its
 health line (``client_health_1h`` summed over the range), its own alerts
 and charts from the finest gauge rollup (``gauges_<w>``), chosen by client
-type. Clients are ordered by state, then worst request latency p99.
+type. Clients are ordered by state, then worst request latency p99. And
+the quota advice (``quota_advice_1h``): each quota entity's demand over the
+period and the proposal from its peak.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "ChartSpec",
     "ClientReport",
     "Fleet",
+    "QuotaAdviceLine",
     "build",
 ]
 
@@ -218,11 +221,30 @@ class InventoryLine:
     pushes: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaAdviceLine:
+    """One quota entity over the period, from its ``quota_advice_1h`` hours."""
+
+    quota: str
+    user: str
+    client_id: str
+    peak_byte_rate: float
+    """The busiest minute of any hour."""
+    mean_byte_rate: float
+    """Over every minute with demand (each hour's mean weighted by its minutes)."""
+    headroom: float
+    proposal_byte_rate: float
+    """The period's peak x the headroom."""
+    hours: int
+
+
 @dataclass(slots=True)
 class Fleet:
     clients: list[ClientReport]
     alerts: list[Alert]
     window: str | None = None  # the chart rollup's window length, e.g. "2s"
+    quota_advice: list[QuotaAdviceLine] | None = None
+    """``None``: no ``quota_advice_1h`` table was read."""
 
     def states(self) -> dict[str, int]:
         """Clients per health state, every state listed (zero included), worst first."""
@@ -260,6 +282,7 @@ def build(
     gauges: pa.Table | None = None,
     rules: RuleSet | None = None,
     window: str | None = None,
+    quota_advice: pa.Table | None = None,
 ) -> Fleet:
     """The fleet from whichever tables exist; every client found in any of them is shown."""
     clients: dict[str, ClientReport] = {}
@@ -292,7 +315,28 @@ def build(
         ]
         client.alerts.sort(key=_alert_order)
     ordered = sorted(clients.values(), key=_client_order)
-    return Fleet(ordered, sorted(fired, key=_alert_order), window)
+    advice = None if quota_advice is None else _quota_advice(_rows(quota_advice))
+    return Fleet(ordered, sorted(fired, key=_alert_order), window, advice)
+
+
+def _quota_advice(rows: list[dict[str, Any]]) -> list[QuotaAdviceLine]:
+    """The hours of each (quota, user, client-id) folded into one line, worst peak first."""
+    hours: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (str(row["quota"]), str(row["user"]), str(row["client_id"]))
+        hours.setdefault(key, []).append(row)
+    lines = []
+    for (quota, user, client_id), found in hours.items():
+        peak = max(float(r["peak_byte_rate"]) for r in found)
+        minutes = sum(int(r["minutes"]) for r in found)
+        mean = sum(float(r["mean_byte_rate"]) * int(r["minutes"]) for r in found) / minutes
+        headroom = max(float(r["headroom"]) for r in found)
+        lines.append(
+            QuotaAdviceLine(
+                quota, user, client_id, peak, mean, headroom, peak * headroom, len(found)
+            )
+        )
+    return sorted(lines, key=lambda line: (line.quota, -line.peak_byte_rate, line.user))
 
 
 def _client_order(client: ClientReport) -> tuple[int, float, str, str]:

@@ -186,6 +186,7 @@ def output_names(windows: Sequence[int]) -> list[str]:
         "client_health_1h",
         "client_inventory_1h",
         "client_alerts_1h",
+        "quota_advice_1h",
     ]
 
 

@@ -37,6 +37,7 @@ from spark_jobs.rollups import (
     histogram_rollup,
     prepare_points,
     push_times,
+    quota_advice,
     sum_rollup,
     top_n,
     window_label,
@@ -153,8 +154,9 @@ def plan_rollups(
     series (``prepare_partitioned``).
     Outputs: ``gauges_<w>``, ``sums_<w>``, ``histograms_<w>`` per window,
     then ``top_clients_1h``, ``client_health_1h``, ``client_inventory_1h`` (who pushed,
-    from which principal and node) and ``client_alerts_1h`` (the
-    health ``rules``; the shipped ones when ``None``). ``max_buckets``
+    from which principal and node), ``client_alerts_1h`` (the
+    health ``rules``; the shipped ones when ``None``) and ``quota_advice_1h`` (each
+    quota entity's demand and KIP-599's proposal). ``max_buckets``
     (``scan_stats``) lets histograms merge without per-element lambdas.
 
     ``points``: the same landing rows before partitioning (``prepared`` is
@@ -226,7 +228,8 @@ def _plan_answers(
     points: DataFrame,
     rules: RuleSet | None,
 ) -> None:
-    """The hourly per-client tables the report opens on: health, inventory, alerts."""
+    """The hourly per-client tables the report opens on: health, inventory, alerts, and the
+    quota advice."""
     result.outputs["client_health_1h"] = client_health(gauges_1h, sums_1h)
     result.outputs["client_inventory_1h"] = client_inventory(points)
     if rules is None:
@@ -236,3 +239,4 @@ def _plan_answers(
     # The few points the rules read, persisted: each rule reads them once more.
     alerting = result.keep(alert_points(points, rules))
     result.outputs["client_alerts_1h"] = client_alerts(alerting, rules, push_times(points))
+    result.outputs["quota_advice_1h"] = quota_advice(points)

@@ -16,6 +16,7 @@ from spark_jobs.rollups.gauges import GAUGE_QUANTILES, exact_quantile, gauge_rol
 from spark_jobs.rollups.health import HEALTH_METRICS, client_health
 from spark_jobs.rollups.histograms import bucket_quantile, cumulative_counts, histogram_rollup
 from spark_jobs.rollups.inventory import INVENTORY_COLUMNS, client_inventory
+from spark_jobs.rollups.quota_advice import QUOTA_ADVICE_COLUMNS, quota_advice
 from spark_jobs.rollups.ranking import top_n
 from spark_jobs.rollups.sums import sum_rollup
 
@@ -27,6 +28,7 @@ __all__ = [
     "HEALTH_METRICS",
     "INVENTORY_COLUMNS",
     "KEY_COLUMNS",
+    "QUOTA_ADVICE_COLUMNS",
     "alert_points",
     "bucket_quantile",
     "client_alerts",
@@ -39,6 +41,7 @@ __all__ = [
     "parse_window",
     "prepare_points",
     "push_times",
+    "quota_advice",
     "sum_rollup",
     "top_n",
     "unrolled_points",

@@ -117,7 +117,8 @@ def _parser(kind: str) -> argparse.ArgumentParser:
             "Describe and change client-metrics subscriptions (KIP-714) on a kip714 server."
             if kind == "subscriptions"
             else "Describe and change client quotas (users, clients, ips) on a kip714 server. "
-            "kip714 quotas advise proposes Kafka quotas from the lake (its own --help)."
+            "kip714 quotas advise proposes quotas (Kafka's, and kip714's own, which it can set) "
+            "from the lake (its own --help)."
         ),
     )
     where = parser.add_mutually_exclusive_group()

@@ -334,15 +334,20 @@ def import_command(catalog: Catalog, location: LakeLocation, source: Path, node_
 def lake_rows(
     config: str | None,
     data_dir: str | None,
-    metric_names: list[str],
+    metric_names: list[str] | None,
     span: tuple[dt.datetime | None, dt.datetime | None],
     columns: Sequence[str],
+    *,
+    time_column: str = "time",
+    missing_ok: bool = False,
 ) -> list[dict[str, Any]] | None:
-    """``columns`` of the metrics table's rows of ``metric_names`` with ``start <= time < end``.
+    """``columns`` of the metrics table's rows of ``metric_names`` (``None``: every metric)
+    with ``start <= time_column < end``.
 
     ``None`` (after one line on stderr) when there is no lake: for commands that read it,
     such as ``kip714 quotas advise``. Reads only those columns, and only the files whose
-    statistics can hold such rows.
+    statistics can hold such rows. With ``missing_ok``, a table without one of ``columns``
+    (written before it was added) answers no rows.
     """
     try:
         location, directory, _ = _lake_of(config, data_dir)
@@ -351,13 +356,18 @@ def lake_rows(
     except (ConfigError, NoSuchTableError, OSError, ValueError, LakeMissingError) as error:
         print(f"kip714: {error}", file=sys.stderr)
         return None
-    names = ", ".join("'" + name.replace("'", "''") + "'" for name in metric_names)
-    condition = f"metric_name in ({names})"
+    if missing_ok and not set(columns) <= set(table.schema().column_names):
+        return []
+    conditions = []
+    if metric_names is not None:
+        names = ", ".join("'" + name.replace("'", "''") + "'" for name in metric_names)
+        conditions.append(f"metric_name in ({names})")
     start, end = span
     if start is not None:
-        condition += f" and time >= '{start.isoformat()}'"
+        conditions.append(f"{time_column} >= '{start.isoformat()}'")
     if end is not None:
-        condition += f" and time < '{end.isoformat()}'"
+        conditions.append(f"{time_column} < '{end.isoformat()}'")
+    condition = " and ".join(conditions) or "true"
     rows: list[dict[str, Any]] = (
         table.scan(row_filter=condition, selected_fields=tuple(columns)).to_arrow().to_pylist()
     )

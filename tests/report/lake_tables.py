@@ -82,6 +82,23 @@ ALERTS_SCHEMA = pa.schema(
 )
 
 
+QUOTA_ADVICE_SCHEMA = pa.schema(
+    [
+        ("window_start", pa.timestamp("us", tz="UTC")),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        ("quota", pa.string()),
+        ("user", pa.string()),
+        ("client_id", pa.string()),
+        ("instances", pa.int32()),
+        ("minutes", pa.int64()),
+        ("peak_byte_rate", pa.float64()),
+        ("mean_byte_rate", pa.float64()),
+        ("headroom", pa.float64()),
+        ("proposal_byte_rate", pa.float64()),
+    ]
+)
+
+
 def write_tables(
     data_dir: Path,
     health: list[dict[str, Any]],
@@ -90,10 +107,12 @@ def write_tables(
     existing_lake: bool = False,
     inventory: list[dict[str, Any]] | None = None,
     alerts: list[dict[str, Any]] | None = None,
+    quota_advice: list[dict[str, Any]] | None = None,
 ) -> None:
     """The rollups in ``data_dir``'s lake (made here unless ``existing_lake``).
 
-    ``inventory`` and ``alerts``: ``client_inventory_1h`` and ``client_alerts_1h`` too.
+    ``inventory``, ``alerts`` and ``quota_advice``: ``client_inventory_1h``,
+    ``client_alerts_1h`` and ``quota_advice_1h`` too.
     """
     lake = data_dir / "lake"
     (lake / "warehouse").mkdir(parents=True, exist_ok=existing_lake)
@@ -112,6 +131,8 @@ def write_tables(
         tables.append(("client_inventory_1h", INVENTORY_SCHEMA, inventory))
     if alerts is not None:
         tables.append(("client_alerts_1h", ALERTS_SCHEMA, alerts))
+    if quota_advice is not None:
+        tables.append(("quota_advice_1h", QUOTA_ADVICE_SCHEMA, quota_advice))
     for name, schema, rows in tables:
         table = catalog.create_table(("kip714", name), schema=schema)
         table.append(pa.Table.from_pylist(rows, schema=schema))

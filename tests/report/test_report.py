@@ -78,6 +78,54 @@ def _inventory() -> list[dict[str, Any]]:
     ]
 
 
+def _quota_advice() -> list[dict[str, Any]]:
+    """quota_advice_1h: fast-producer's produce demand in two hours, slow-producer's pushes."""
+    hour = dt.timedelta(hours=1)
+
+    def row(
+        start: dt.datetime,
+        quota: str,
+        user: str,
+        client: str,
+        peak: float,
+        mean: float,
+        minutes: int,
+    ) -> dict[str, Any]:
+        return {
+            "window_start": start, "window_end": start + hour, "quota": quota, "user": user,
+            "client_id": client, "instances": 1, "minutes": minutes, "peak_byte_rate": peak,
+            "mean_byte_rate": mean, "headroom": 1.5, "proposal_byte_rate": peak * 1.5,
+        }  # fmt: skip
+
+    return [
+        row(T0, "producer_byte_rate", "alice", "fast-producer", 4000.0, 1000.0, 60),
+        row(T0 + hour, "producer_byte_rate", "alice", "fast-producer", 2000.0, 400.0, 30),
+        row(T0, "push_byte_rate", "bob", "slow-producer", 300.0, 200.0, 30),
+    ]
+
+
+def test_the_quota_advice_folds_the_hours_of_each_entity(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_tables(data, *_rows(), inventory=_inventory(), quota_advice=_quota_advice())
+    out = tmp_path / "report.html"
+    assert report_main(["--data-dir", str(data), "--out", str(out)]) == 0
+    html = out.read_text()
+    section = html[html.index('id="quota-advice"') : html.index('id="clients"')]
+    # Two hours of alice's: the period's peak 4,000, the mean over 90 minutes
+    # (1,000 x 60 + 400 x 30) / 90 = 800, proposal 4,000 x 1.5.
+    assert (
+        '<td class="text">producer_byte_rate</td><td class="text">alice</td>'
+        '<td class="text">fast-producer</td><td>4,000</td><td>800</td><td>6,000</td><td>2</td>'
+    ) in section
+    assert "<td>300</td><td>200</td><td>450</td><td>1</td>" in section
+    assert "quota_advice_1h" in html.split("</p>", 2)[0]  # among the tables read
+    # Without the table the section says what to run.
+    bare = tmp_path / "bare"
+    write_tables(bare, *_rows(), inventory=_inventory())
+    assert report_main(["--data-dir", str(bare), "--out", str(out)]) == 0
+    assert "No <code>quota_advice_1h</code> table" in out.read_text()
+
+
 def _rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     health, gauges = [], []
     for client_id, instance, kind, scale in CLIENTS:
@@ -196,7 +244,7 @@ def test_the_report_opens_on_the_fleet_fits_1280_px_and_draws_every_chart(
 
     page = asyncio.run(evaluate_in_page(out.as_uri(), MEASURE_REPORT, tmp_path / "p1", WINDOW))
     assert page["scrollWidth"] <= 1280
-    assert page["sections"] == ["fleet", "alerts", "throttled", "clients"]
+    assert page["sections"] == ["fleet", "alerts", "throttled", "quota-advice", "clients"]
     assert page["states"] == {"critical": 1, "warning": 0, "info": 1, "healthy": 1}
     charts = page["charts"]
     assert len(charts) == 4 + 4 + 5  # two producers' four charts, a consumer's five
@@ -251,7 +299,8 @@ def test_every_documented_query_runs_and_gives_the_numbers_the_report_prints(
 ) -> None:
     data = tmp_path / "data"
     alerts = [_alert(1, "produce_throttled", "warning", 20), _alert(1, "x", "critical", 5)]
-    write_tables(data, *_rows(), inventory=_inventory(), alerts=alerts)
+    advice = [r for r in _quota_advice() if r["window_start"] == T0]  # the FROM..TO hour
+    write_tables(data, *_rows(), inventory=_inventory(), alerts=alerts, quota_advice=advice)
     out = tmp_path / "report.html"
     assert report_main(["--data-dir", str(data), "--out", str(out)]) == 0
     html = out.read_text()
@@ -279,5 +328,13 @@ def test_every_documented_query_runs_and_gives_the_numbers_the_report_prints(
     [[p99, latency_max, _, _]] = health
     assert f"<td>{float(p99):.3g}</td><td>{float(latency_max):.3g}</td>" in html
     assert {row[0] for row in answers["throttled clients"]} == {"fast-producer", "slow-producer"}
+    suggested = answers["quota advice: peak, mean, proposal B/s"]
+    assert len(suggested) == 2
+    for quota, user, client, peak, mean, proposal, hours in suggested:
+        figures = "".join(f"<td>{float(v):,.0f}</td>" for v in (peak, mean, proposal))
+        assert (
+            f'<td class="text">{quota}</td><td class="text">{user}</td>'
+            f'<td class="text">{client}</td>{figures}<td>{hours}</td>'
+        ) in html
     chart = answers[next(f for f in queries if f.startswith("a chart's series"))]
     assert len(chart) == 30  # one point per minute of the fixture, as the chart draws

@@ -49,7 +49,13 @@ def landing() -> list[dict[str, object]]:
               client_instance_id="p1-i")
         for h in (4, 5) for m in range(0, 60, 7)
     ]  # fmt: skip
-    return [*two_hours(), *counters]
+    byte_rates = [  # quota_advice_1h's demand
+        point(time=at(m, hour=h), metric_name="org.apache.kafka.producer.outgoing.byte.rate",
+              value=float(100 * m), client_id="p1", client_instance_id="p1-i",
+              principal="User:alice")
+        for h in (4, 5) for m in range(0, 60, 10)
+    ]  # fmt: skip
+    return [*two_hours(), *counters, *byte_rates]
 
 
 def package_zip(tmp_path: Path) -> Path:

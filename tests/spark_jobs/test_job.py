@@ -33,7 +33,10 @@ def test_rollup_writes_every_output_and_a_rerun_picks_up_late_data(
     assert main([*lake_args(lake), *RANGE]) == 0
     out = capsys.readouterr().out
     assert "120 data points read" in out
-    for name in ("gauges_1m", "sums_1h", "histograms_1m", "top_clients_1h", "client_health_1h"):
+    for name in (
+        "gauges_1m", "sums_1h", "histograms_1m", "top_clients_1h", "client_health_1h",
+        "quota_advice_1h",
+    ):  # fmt: skip
         assert name in out
     assert "top clients by p99 request latency" in out
     assert out.index("p2 (producer") < out.index("p1 (producer")  # p2's latency is 3x p1's

@@ -71,7 +71,8 @@ COMMANDS: dict[str, Command] = {
     "quotas": Command(_admin("quotas"), ("--describe",), config=True, data_dir=False),
     "demo": Command(demo.build_parser, (), config=False, data_dir=True),
     "alerts": Command(alerts.build_parser, ("prometheus",), config=True, data_dir=False),
-    # A verb with a parser of its own: `kip714 quotas advise`.
+    # A verb with a parser of its own: `kip714 quotas advise`. Its --config and --data-dir
+    # find the lake it reads; --http URL (not --config) names the server --apply changes.
     "quotas advise": Command(quota_advice.build_parser, (), config=True, data_dir=True),
 }
 

@@ -13,6 +13,7 @@ import pytest
 from exporters.iceberg.lake import open_catalog, open_table
 from exporters.iceberg.schema import METRICS_TABLE, lake_metrics_schema
 from exporters.iceberg.settings import lake_location
+from quotas import DEFAULT, DemandEvent, replay
 from telemetry.cli.main import main
 from telemetry.cli.quota_advice import advise, demand_of
 
@@ -121,3 +122,110 @@ def test_bad_arguments_and_a_missing_lake_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no lake at" in err
     assert not (tmp_path / "none").exists()
+
+
+def _several_clients() -> list[dict[str, Any]]:
+    """alice's p1 (1,000 B/s, 4,000 in minute 3) and p3 (1,000), bob's p2 (2,000), carol's p1
+    (3,000): alice has two client-ids, p1 two users."""
+    rows = []
+    for second in range(0, 600, 10):
+        minute = second // 60
+        rows.append(_row(second, OUT, 4000.0 if minute == 3 else 1000.0, "p1", "alice", **JAVA))
+        rows.append(_row(second, OUT, 1000.0, "p3", "alice", **JAVA))
+        rows.append(_row(second, OUT, 2000.0, "p2", "bob", **JAVA))
+        rows.append(_row(second, OUT, 3000.0, "p1", "carol", **JAVA))
+    return rows
+
+
+def test_default_and_shared_entities_follow_kafkas_precedence() -> None:
+    demand = demand_of(_several_clients(), [], 60_000)
+    advice, _ = advise(demand, headroom=1.5)
+    found = {a.entity: (a.precedence, a.sensors, a.peak, a.proposal) for a in advice}
+    d = DEFAULT
+    assert {e: v for e, v in found.items() if v[0] > 1} == {
+        # 2: alice's clients, each its own sensor: the busiest is p1.
+        ("producer_byte_rate", "alice", d): (2, 2, 4000.0, 6000.0),
+        # 3: one sensor shared by alice's clients: 4,000 + 1,000 in minute 3.
+        ("producer_byte_rate", "alice", None): (3, 1, 5000.0, 7500.0),
+        # 4: client-id p1 of any user, one sensor per user.
+        ("producer_byte_rate", d, "p1"): (4, 2, 4000.0, 6000.0),
+        # 5: every (user, client-id) its own sensor.
+        ("producer_byte_rate", d, d): (5, 4, 4000.0, 6000.0),
+        # 6: one sensor per user: alice 5,000, bob 2,000, carol 3,000.
+        ("producer_byte_rate", d, None): (6, 3, 5000.0, 7500.0),
+        # 7 and 8: one sensor per client-id, shared by its users: p1 is 4,000 + 3,000.
+        ("producer_byte_rate", None, "p1"): (7, 1, 7000.0, 10500.0),
+        ("producer_byte_rate", None, d): (8, 3, 7000.0, 10500.0),
+    }
+    assert all(a.replayed.throttled_events == 0 for a in advice)  # 1.5 x every peak
+    # With a budget, a default entity scales its busiest sensor's peak by the tenants' B/P:
+    # P is the concurrent peak, 4,000 + 1,000 + 2,000 + 3,000 in minute 3.
+    budgeted, arithmetic = advise(demand, headroom=1.5, budget=3500.0)
+    every = next(a for a in budgeted if a.entity == ("producer_byte_rate", d, d))
+    assert every.proposal == pytest.approx(4000.0 * 3500.0 / 10_000.0)
+    assert "P = 10,000 B/s" in arithmetic[0]
+
+    # A quota at the peak: /users/<default> replays alice's two clients as one sensor (the
+    # sum), and the worst-throttled sensor is hers; bob's and carol's are never throttled.
+    advice, _ = advise(demand, headroom=1.0)
+    users = next(a for a in advice if a.entity == ("producer_byte_rate", d, None))
+    start = min(min(windows) for windows in demand.by_entity.values())
+    alice = [2000.0 + (3000.0 if minute == 3 else 0.0) for minute in range(10)]
+    expected = replay(
+        (
+            DemandEvent(start + minute * 60_000 + second * 1000, rate)
+            for minute, rate in enumerate(alice)
+            for second in range(60)
+        ),
+        5000.0,
+        start_ms=start,
+        end_ms=start + 600_000,
+    )
+    assert expected.throttled_events > 0
+    assert (users.replayed.throttled_ms, users.replayed.max_throttle_ms) == (
+        expected.throttled_ms,
+        expected.max_throttle_ms,
+    )
+    assert users.replayed.throttled_events == expected.throttled_events
+
+
+def test_the_command_prints_the_default_entities_and_their_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    location = lake_location({}, data)
+    table = open_table(open_catalog(location), location.namespace, METRICS_TABLE)
+    table.append(pa.Table.from_pylist(_several_clients(), schema=lake_metrics_schema()))
+
+    assert main(["quotas", "advise", "--data-dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "4 quota entities with an observed rate, 0 without, 7 shared or default" in out
+    cells = [line.split() for line in out.splitlines() if line.startswith("producer_byte_rate")]
+    assert [
+        "producer_byte_rate",
+        "<default>",
+        "<default>",
+        "4,000",
+        "6,000",
+        "0.0%",
+        "0",
+        "5",
+        "4",
+    ] in cells
+    assert [
+        "producer_byte_rate",
+        "<default>",
+        "-",
+        "5,000",
+        "7,500",
+        "0.0%",
+        "0",
+        "6",
+        "3",
+    ] in cells
+    assert (
+        "--add-config producer_byte_rate=6000 --entity-type users --entity-default "
+        "--entity-type clients --entity-default" in out
+    )
+    assert "--add-config producer_byte_rate=10500 --entity-type clients --entity-default" in out
+    assert "--add-config producer_byte_rate=7500 --entity-type users --entity-name alice\n" in out
