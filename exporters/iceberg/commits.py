@@ -41,16 +41,23 @@ from typing import TYPE_CHECKING, Final
 
 from pyiceberg.exceptions import CommitFailedException
 
+from exporters.iceberg.fleet import advance
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+    from exporters.iceberg.fleet import ControlRange, FileSet
 
 __all__ = [
     "CLUSTER_ID",
     "COMMIT_ATTEMPTS",
     "COMMIT_ID",
+    "CONTROL_OFFSET",
+    "CONTROL_TOPIC_ID",
+    "FILE_SETS",
     "LOG_ID",
     "NODE_ID",
     "OFFSET_END",
@@ -61,8 +68,11 @@ __all__ = [
     "FencedError",
     "Position",
     "commit_files",
+    "commit_fleet",
     "commit_topic_files",
     "committed_position",
+    "control_offset",
+    "last_fleet_commit_ms",
     "topic_offsets",
 ]
 
@@ -77,6 +87,11 @@ CLUSTER_ID: Final = "kip714.kafka.cluster-id"
 TOPIC: Final = "kip714.kafka.topic"
 TOPIC_ID: Final = "kip714.kafka.topic-id"
 TOPIC_OFFSETS: Final = "kip714.kafka.offsets"
+#: A fleet commit (``fleet.py``): the control topic's id, the next offset of it to read,
+#: and how many file sets the snapshot adds.
+CONTROL_TOPIC_ID: Final = "kip714.control.topic-id"
+CONTROL_OFFSET: Final = "kip714.control.offset"
+FILE_SETS: Final = "kip714.file-sets"
 #: Attempts of one commit before the landing gives up (fail-stop, resumed by a restart).
 COMMIT_ATTEMPTS: Final = 20
 _BACKOFF_S: Final = (0.05, 2.0)
@@ -229,3 +244,79 @@ def commit_topic_files(
                 _log.warning("commit %s was applied although it reported a conflict", commit_id)
                 return table
     raise AssertionError("unreachable")
+
+
+def control_offset(table: Table, control_topic_id: str) -> int | None:
+    """The control offset stored by the newest fleet commit of that control topic id."""
+    for snapshot in _newest_first(table):
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if props.get(CONTROL_TOPIC_ID) == control_topic_id and CONTROL_OFFSET in props:
+            return int(props[CONTROL_OFFSET])
+    return None
+
+
+def commit_fleet(
+    table: Table,
+    sets: Sequence[FileSet],
+    properties: dict[str, str],
+    control: ControlRange,
+    on_conflict: list[int] | None = None,
+) -> tuple[Table, list[str], list[str]]:
+    """Add every contiguous set of ``sets`` in one snapshot; (the table, added, dropped ids).
+
+    Judged on the table the commit is applied to, again on every retry:
+    the table's stored control offset must be ``control.start`` (else this
+    committer is a zombie: ``FencedError``, nothing committed), and each set
+    must continue the table's offsets (``fleet.advance``; the others are
+    dropped, their files orphans). Nothing is committed when no set is added.
+
+    Raises:
+        FencedError: Another committer moved the table's control offset.
+        CommitFailedException: Still losing races after ``COMMIT_ATTEMPTS`` attempts.
+    """
+    topic_id = properties[TOPIC_ID]
+    commit_id = uuid.uuid4().hex
+    for attempt in range(COMMIT_ATTEMPTS):
+        stored = control_offset(table, control.topic_id)
+        if stored != control.start:
+            raise FencedError(
+                f"the table's control offset is {stored}, this committer read from "
+                f"{control.start}: another committer commits now"
+            )
+        view, added, dropped = advance(topic_offsets(table, topic_id), sets)
+        added_ids, dropped_ids = [s.set_id for s in added], [s.set_id for s in dropped]
+        files = [f.location for s in added for f in s.files]
+        if not files:
+            return table, added_ids, dropped_ids
+        props = {
+            **properties,
+            COMMIT_ID: commit_id,
+            TOPIC_OFFSETS: json.dumps({str(p): o for p, o in sorted(view.items())}),
+            CONTROL_TOPIC_ID: control.topic_id,
+            CONTROL_OFFSET: str(control.end),
+            FILE_SETS: str(len(added)),
+        }
+        try:
+            table.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+            return table, added_ids, dropped_ids
+        except CommitFailedException:
+            if on_conflict is not None:
+                on_conflict.append(1)
+            if attempt + 1 == COMMIT_ATTEMPTS:
+                raise
+            low, high = _BACKOFF_S
+            time.sleep(random.uniform(low, min(high, low * 2**attempt)))
+            table = table.refresh()
+            if _applied(table, commit_id):
+                _log.warning("commit %s was applied although it reported a conflict", commit_id)
+                return table, added_ids, dropped_ids
+    raise AssertionError("unreachable")
+
+
+def last_fleet_commit_ms(table: Table) -> int | None:
+    """When the newest fleet commit (one with a control offset) was made, ms since the epoch."""
+    for snapshot in _newest_first(table):
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if CONTROL_OFFSET in props:
+            return snapshot.timestamp_ms
+    return None

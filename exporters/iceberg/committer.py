@@ -15,15 +15,22 @@ from typing import TYPE_CHECKING
 from exporters.iceberg import commits
 from exporters.iceberg.import_parquet import parquet_landing_position
 from exporters.iceberg.lake import open_catalog, open_table, split_by_kind
-from exporters.iceberg.lane_messages import CommitOutcome, Committed, Opened
+from exporters.iceberg.lane_messages import (
+    CommitOutcome,
+    Committed,
+    FleetOutcome,
+    FleetState,
+    Opened,
+)
 from exporters.iceberg.rows import COALESCE_BYTES, COALESCE_PUSHES
 from exporters.iceberg.schema import METRICS_TABLE
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from pyiceberg.table import Table
 
+    from exporters.iceberg.fleet import ControlRange, FileSet
     from exporters.iceberg.lane_messages import LakeSetup
 
 __all__ = ["LakeTables"]
@@ -125,3 +132,42 @@ class LakeTables:
         except Exception as error:
             return CommitOutcome(len(conflicts), repr(error))
         return CommitOutcome(len(conflicts))
+
+    def fleet_state(self, control_topic_id: str | None) -> FleetState:
+        """Where the ``metrics`` table stands for the fleet now (refreshed)."""
+        topic = self.setup.topic
+        if topic is None:
+            raise RuntimeError("a landing not fed from the pushes topic has no fleet")
+        table = self._tables[METRICS_TABLE] = self._tables[METRICS_TABLE].refresh()
+        control = (
+            None if control_topic_id is None else commits.control_offset(table, control_topic_id)
+        )
+        return FleetState(
+            commits.topic_offsets(table, topic.topic_id),
+            control,
+            commits.last_fleet_commit_ms(table),
+        )
+
+    def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> FleetOutcome:
+        """Add the contiguous ``sets`` in one snapshot (``commits.commit_fleet``)."""
+        topic = self.setup.topic
+        if topic is None:
+            raise RuntimeError("a landing not fed from the pushes topic has no fleet")
+        properties = {
+            commits.NODE_ID: self.setup.node_id,
+            commits.CLUSTER_ID: topic.cluster_id,
+            commits.TOPIC: topic.topic,
+            commits.TOPIC_ID: topic.topic_id,
+        }
+        conflicts: list[int] = []
+        try:
+            table, added, dropped = commits.commit_fleet(
+                self._tables[METRICS_TABLE], sets, properties, control, conflicts
+            )
+        except commits.FencedError as fenced:
+            self._tables[METRICS_TABLE] = self._tables[METRICS_TABLE].refresh()
+            return FleetOutcome(conflicts=len(conflicts), error=str(fenced), fenced=True)
+        except Exception as error:
+            return FleetOutcome(conflicts=len(conflicts), error=repr(error))
+        self._tables[METRICS_TABLE] = table
+        return FleetOutcome(tuple(added), tuple(dropped), len(conflicts))

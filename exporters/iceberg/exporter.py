@@ -49,6 +49,16 @@ table still stands where it started for each of its partitions
 those offsets meanwhile) is dropped like a failed one, and the partitions
 still assigned are fed again from where the table stands. Rows carry
 ``log_partition``.
+
+With ``fleet_commits`` (the default in that mode, once the server gave it a
+way to publish, ``use_fleet``) a generation is not committed here: its
+files are published as one file set on the control topic and the fleet's
+one committer adds them (``fleet.py``); the next generation of a partition
+continues this node's chain of sets, and every ``commit_interval_s`` the
+landing reads where the table stands (``fleet.FleetChain.judge``): sets the
+table holds are durable, a chain the table does not continue (a set
+dropped) or sets waiting longer than ``FLEET_STALL_INTERVALS`` intervals
+are given up, and the partitions fed again from the table.
 """
 
 from __future__ import annotations
@@ -67,7 +77,8 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from durable.cancellation import run_to_completion
 from exporters.api import LoggedPush, TransientExportError
-from exporters.iceberg.generations import GenerationLanding, age_timer, free_worker
+from exporters.iceberg.fleet import FileSet, FleetChain, SetFile
+from exporters.iceberg.generations import GenerationLanding, age_timer, free_worker, stop_task
 from exporters.iceberg.lane_messages import LakeSetup, LaneStart, TopicBinding
 from exporters.iceberg.lanes import ProcessLane, ThreadLane
 from exporters.iceberg.maintenance_schedule import Maintenance
@@ -76,9 +87,10 @@ from exporters.options import bool_option, int_option, number_option
 from exporters.otlp_rows import FlattenStats
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from exporters.iceberg.lane_messages import CommitOutcome, Opened
+    from exporters.iceberg.fleet import ControlRange
+    from exporters.iceberg.lane_messages import CommitOutcome, FleetOutcome, FleetState, Opened
     from exporters.iceberg.rows import BatchReply, WrittenFile
 
 __all__ = ["DEFAULTS", "IcebergExporter", "IcebergStats"]
@@ -97,6 +109,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "maintenance_interval_s": 600.0,
     "workers": max(1, (os.cpu_count() or 2) - 1),
     "max_data_points_per_push": 1_000_000,
+    "fleet_commits": True,
+    "commit_interval_s": 5.0,
 }
 _LAKE_KEYS: Final = frozenset(
     {
@@ -120,6 +134,10 @@ IN_FLIGHT_PER_LANE: Final = 2
 #: Backoff after a failed write or commit: the first wait, and the longest.
 RETRY_INITIAL_S: Final = 0.1
 RETRY_MAX_S: Final = 30.0
+#: Fleet commits: file sets waiting longer than this many commit intervals (and at least
+#: ``FLEET_STALL_MIN_S``) are given up and fed again; readiness turns false then too.
+FLEET_STALL_INTERVALS: Final = 6
+FLEET_STALL_MIN_S: Final = 30.0
 
 
 class LakeUnavailableError(Exception):
@@ -143,6 +161,9 @@ class IcebergStats(FlattenStats):
     unlandable_pushes: int = 0
     replayed_pushes_skipped: int = 0
     fenced_generations: int = 0  # fed from the pushes topic: another node had landed them
+    file_sets_published: int = 0  # fleet commits: generations handed to the committer
+    rows_published: int = 0
+    file_set_chains_dropped: int = 0  # the committer dropped one, or it waited too long
     failures: int = 0  # failed writes and commits (each attempt)
     failure_streaks: int = 0  # runs of failures ended by a commit (each counted once)
     durable_offset: int = 0
@@ -208,6 +229,8 @@ class IcebergExporter(GenerationLanding):
         self.workers = int_option(options, "workers", 0, 64)
         self.max_data_points_per_push = int_option(options, "max_data_points_per_push", 1)
         self.raw = bool_option(options, "raw")
+        self.fleet_commits = bool_option(options, "fleet_commits")
+        self.commit_interval_s = number_option(options, "commit_interval_s", 0.01)
         node_id = options["node_id"]
         if node_id is not None and (not isinstance(node_id, str) or not node_id.strip()):
             raise ValueError(f"option 'node_id' must be a non-empty string: {node_id!r}")
@@ -237,6 +260,13 @@ class IcebergExporter(GenerationLanding):
         #: not hold (``None``: none of it), and the next one ``export`` takes.
         self._landed: dict[int, int | None] = {}
         self._taken: dict[int, int | None] = {}
+        #: Fleet commits: how file sets reach the control topic (``use_fleet``), this node's
+        #: chain of them, and the table's newest fleet commit (ms since the epoch).
+        self._publish: Callable[[bytes], Awaitable[None]] | None = None
+        self._chain = FleetChain()
+        self.last_fleet_commit_ms: int | None = None
+        self._fleet_task: asyncio.Task[None] | None = None
+        self._fleet_failing = False
         self._init_generations()
 
     @property
@@ -248,8 +278,58 @@ class IcebergExporter(GenerationLanding):
 
     @property
     def failing(self) -> str | None:
-        """Why the last write or commit failed, until a commit succeeds (readiness reports it)."""
+        """Why the last write or commit failed, until a commit succeeds (readiness reports it).
+
+        With fleet commits, also file sets waiting for the committer too long.
+        """
+        if self._failing is None and self._fleet_stalled_s() is not None:
+            return (
+                f"file sets wait {self._fleet_stalled_s():.0f} s for the fleet's committer "
+                f"(last fleet commit {self.fleet_commit_age_s()} s ago)"
+            )
         return self._failing
+
+    @property
+    def topic_binding(self) -> TopicBinding | None:
+        """The pushes topic feeding the landing (``bind_topic``), else ``None``."""
+        return self._topic
+
+    @property
+    def fleet(self) -> bool:
+        """Whether generations go to the fleet's committer (``use_fleet`` was called)."""
+        return self._publish is not None
+
+    def use_fleet(self, publish: Callable[[bytes], Awaitable[None]], /) -> None:
+        """Publish generations as file sets through ``publish`` (before ``start``).
+
+        Fed from the pushes topic only, and only with ``fleet_commits``; the
+        server calls it with a producer of the control topic.
+        """
+        if not self.fleet_commits:
+            raise RuntimeError("fleet commits need fleet_commits = true")
+        self._publish = publish
+
+    @property
+    def file_sets_waiting(self) -> int:
+        """This node's file sets published and not yet in the table."""
+        return len(self._chain.pending)
+
+    def fleet_commit_age_s(self) -> str:
+        """Seconds since the table's newest fleet commit, as text ("none yet" before one)."""
+        if self.last_fleet_commit_ms is None:
+            return "none yet"
+        return f"{max(0.0, time.time() - self.last_fleet_commit_ms / 1000):.0f}"
+
+    def _fleet_stall_s(self) -> float:
+        return max(FLEET_STALL_INTERVALS * self.commit_interval_s, FLEET_STALL_MIN_S)
+
+    def _fleet_stalled_s(self) -> float | None:
+        """How long the oldest file set has waited, once past the stall bound; else ``None``."""
+        oldest = self._chain.oldest()
+        if oldest is None:
+            return None
+        waited = time.monotonic() - oldest
+        return waited if waited > FLEET_STALL_INTERVALS * self.commit_interval_s else None
 
     def take_replay(self) -> int | None:
         """Once after a failure: the offset the host must feed again from (else ``None``)."""
@@ -318,12 +398,35 @@ class IcebergExporter(GenerationLanding):
                 sorted(partitions),
                 error,
             )
+        if self.fleet:
+            await self._await_fleet(partitions)
         async with self._gen_lock:
             durable = {p: o for p in partitions if (o := self._landed.get(p)) is not None}
             for partition in partitions:
                 self._landed.pop(partition, None)
                 self._taken.pop(partition, None)
+            self._chain.forget(partitions)
             return durable
+
+    async def _await_fleet(self, partitions: Sequence[int]) -> None:
+        """Wait (bounded) until the table holds this node's file sets of ``partitions``.
+
+        Their next owner resumes where the table stands: a set still on its
+        way would be dropped by the committer after the owner's first (the
+        owner then feeds again), so waiting here saves that round.
+        """
+        wanted = set(partitions)
+        deadline = time.monotonic() + self._fleet_stall_s()
+        while time.monotonic() < deadline and any(
+            wanted & set(s.ranges) for s in self._chain.pending
+        ):
+            await asyncio.sleep(min(0.5, self.commit_interval_s / 2))
+            await self._read_fleet()
+
+    def _resume_takes(self) -> dict[int, int | None]:
+        """Per assigned partition, the first offset a replay takes again: past what the table
+        holds and, with fleet commits, past what this node's file sets on their way hold."""
+        return {p: self._chain.start_of(p, landed) for p, landed in self._landed.items()}
 
     def durable_offsets(self) -> Mapping[int, int]:
         """Per assigned partition, the next offset not in a committed snapshot."""
@@ -339,6 +442,8 @@ class IcebergExporter(GenerationLanding):
             raise RuntimeError("iceberg exporter is closed")
         if self._started:
             return
+        if self._publish is not None and self._topic is None:
+            raise RuntimeError("fleet commits need the pushes topic (bind_topic before start)")
         if self._node_id is None:
             assert self.data_dir is not None
             self._node_id = await asyncio.to_thread(node_id_in, self.data_dir)
@@ -346,6 +451,9 @@ class IcebergExporter(GenerationLanding):
         self._resume(opened)
         self._started = True
         self._timer = asyncio.create_task(self._age_timer(), name="iceberg-age")
+        if self.fleet:
+            self._fleet_task = asyncio.create_task(self._watch_fleet(), name="iceberg-fleet")
+            self._fleet_task.add_done_callback(self._fleet_task_done)
         if self.maintenance_settings.enabled:
             self._maintenance = Maintenance(
                 self.location, self.maintenance_settings, in_process=not self.workers
@@ -484,7 +592,7 @@ class IcebergExporter(GenerationLanding):
             for push in pushes:
                 partition = push.partition
                 if partition not in gen.starts:
-                    gen.starts[partition] = landed[partition]
+                    gen.starts[partition] = self._chain.start_of(partition, landed[partition])
                 gen.ends[partition] = taken[partition] = push.offset + 1
             gen.gathered.extend(pushes)
             gen.gathered_bytes += sum(len(p.payload) for p in pushes)
@@ -551,7 +659,8 @@ class IcebergExporter(GenerationLanding):
             table = opened.topic_offsets.get(METRICS_TABLE, {})
             for partition, known in self._landed.items():
                 now = table.get(partition)
-                self._landed[partition] = self._taken[partition] = now
+                self._landed[partition] = now
+                self._taken[partition] = self._chain.start_of(partition, now)
                 if known is not None and (now is None or now < known):
                     self._replay_from = 0
             return
@@ -591,7 +700,7 @@ class IcebergExporter(GenerationLanding):
             self._gen = None
         self._next = self._durable
         self._replay_from = self._durable
-        self._taken.update(self._landed)
+        self._taken.update(self._resume_takes())
         self._lanes_stale = True  # they may hold rows of ``gen`` or be poisoned
         self.stats.pending_rows = 0
 
@@ -646,6 +755,7 @@ class IcebergExporter(GenerationLanding):
         return f"iceberg landing {self.location.namespace}.{METRICS_TABLE}"
 
     async def _before_close(self) -> None:
+        await stop_task(self._fleet_task)
         if self._maintenance is not None:
             await self._maintenance.stop()
 
@@ -689,7 +799,10 @@ class IcebergExporter(GenerationLanding):
         if gen is None:
             return
         await run_to_completion(self._write(gen))
-        await run_to_completion(self._commit_generation(gen))
+        if self.fleet:
+            await run_to_completion(self._publish_generation(gen))
+        else:
+            await run_to_completion(self._commit_generation(gen))
 
     async def _commit_generation(self, gen: _Generation) -> None:
         """Commit ``gen``'s files, one snapshot per table, through the first lane.
@@ -740,6 +853,94 @@ class IcebergExporter(GenerationLanding):
             return self._lanes[0].commit(name, locations, gen.first, gen.last)
         ranges = {p: (gen.starts[p], end) for p, end in gen.ends.items()}
         return self._lanes[0].commit_topic(name, locations, ranges)
+
+    # -- fleet commits -------------------------------------------------------------------------
+
+    async def _publish_generation(self, gen: _Generation) -> None:
+        """Hand ``gen``'s files to the fleet's committer as one file set (instead of a commit)."""
+        assert self._publish is not None
+        assert self._topic is not None
+        files = tuple(SetFile(f.table, f.location, f.rows) for f in gen.files)
+        if files:
+            ranges = {p: (gen.starts[p], end) for p, end in gen.ends.items()}
+            file_set = FileSet(
+                uuid.uuid4().hex,
+                self.node_id,
+                self._topic.topic_id,
+                ranges,
+                files,
+                self.location.namespace,
+            )
+            try:
+                await self._publish(file_set.encode())
+            except Exception as error:
+                reason = f"publishing the file set of offsets {gen.first}..{gen.last}: {error}"
+                self._abandon(gen, reason)
+                raise TransientExportError(reason) from error
+            self._chain.published(file_set.set_id, ranges, time.monotonic())
+            self.stats.file_sets_published += 1
+            self.stats.rows_published += sum(f.rows for f in files)
+        self._durable = gen.last + 1
+        self._gen = None
+        self._recovered()
+
+    async def _watch_fleet(self) -> None:
+        """Every ``commit_interval_s``: which file sets the table holds; whether the chain holds."""
+        while not self._closed:
+            await asyncio.sleep(self.commit_interval_s)
+            await self._read_fleet()
+
+    async def _read_fleet(self) -> None:
+        try:
+            state: FleetState = (await self._lanes[0].fleet_state(None))[1]
+        except Exception as error:  # lanes being replaced, the catalog away: next interval
+            if not self._fleet_failing:
+                self._fleet_failing = True
+                _log.warning("%s: cannot read the table for the fleet: %s", self._where(), error)
+            return
+        if self._fleet_failing:
+            self._fleet_failing = False
+            _log.info("%s reads the table for the fleet again", self._where())
+        async with self._gen_lock:
+            self._judge_fleet(state)
+
+    def _judge_fleet(self, state: FleetState) -> None:
+        """Take what the table holds; give the chain up if it cannot continue (see above)."""
+        self.last_fleet_commit_ms = state.last_commit_ms
+        if self._failing is not None or self._lanes_stale:
+            return  # a replay from the table is under way
+        broken = self._chain.judge(state.offsets, self._landed)
+        oldest = self._chain.oldest()
+        if broken is None and oldest is not None:
+            waited = time.monotonic() - oldest
+            if waited > self._fleet_stall_s():
+                broken = f"file sets waited {waited:.0f} s for the fleet's committer"
+        for partition in self._landed:
+            self._landed[partition] = state.offsets.get(partition)
+        if broken is None:
+            return
+        self.stats.file_set_chains_dropped += 1
+        self._chain.reset()
+        if self._gen is not None:
+            self._abandon(self._gen, f"its file sets cannot land: {broken}")
+            return
+        _log.warning("%s: %s; feeding again from the table", self._where(), broken)
+        self._taken.update(self._landed)
+        self._replay_from = 0
+
+    def _fleet_task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("%s: the fleet watch died", self._where(), exc_info=task.exception())
+
+    async def fleet_state(self, control_topic_id: str | None) -> FleetState:
+        """Where the table stands for the fleet (the committer's start), read by the first lane."""
+        state: FleetState = (await self._lanes[0].fleet_state(control_topic_id))[1]
+        return state
+
+    async def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> FleetOutcome:
+        """The committer's commit of ``sets`` (``commits.commit_fleet``), in the first lane."""
+        outcome: FleetOutcome = (await self._lanes[0].commit_fleet(sets, control))[1]
+        return outcome
 
     async def _age_timer(self) -> None:
         """Commit a generation once it is ``max_file_age_s`` old, however quiet the traffic."""

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CommitOutcome",
     "Committed",
+    "FleetOutcome",
+    "FleetState",
     "LakeSetup",
     "LaneStart",
     "Opened",
@@ -104,6 +106,33 @@ class CommitOutcome:
     """
 
     conflicts: int
+    error: str | None = None
+    fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """Where the table stands for the fleet: what a committer resumes from, what workers watch."""
+
+    #: Per partition of the pushes topic: the next offset the table does not hold.
+    offsets: Mapping[int, int]
+    #: The control offset the newest fleet commit stored (``None``: no fleet commit yet).
+    control_offset: int | None
+    #: When the newest fleet commit was made (ms since the epoch), ``None`` before the first.
+    last_commit_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetOutcome:
+    """A fleet commit: the sets added and dropped, the races lost, and why it failed.
+
+    ``fenced``: another committer moved the table's control offset; nothing
+    was committed.
+    """
+
+    added: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    conflicts: int = 0
     error: str | None = None
     fenced: bool = False
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from multiprocessing.connection import Connection
 
+    from exporters.iceberg.fleet import ControlRange, FileSet
     from exporters.iceberg.lane_messages import LaneStart
 
 __all__ = ["ProcessLane", "ThreadLane"]
@@ -85,6 +86,12 @@ class ProcessLane:
     def topic_offsets(self) -> asyncio.Future[Any]:
         return self._handle.request(("offsets",))
 
+    def fleet_state(self, control_topic_id: str | None) -> asyncio.Future[Any]:
+        return self._handle.request(("fleet-state", control_topic_id))
+
+    def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> asyncio.Future[Any]:
+        return self._handle.request(("commit-fleet", list(sets), control))
+
     async def stop(self) -> None:
         await self._handle.stop()
 
@@ -139,6 +146,14 @@ class ThreadLane:
 
     def topic_offsets(self) -> asyncio.Future[Any]:
         return self._submit(lambda: ("offsets", self._lane.topic_offsets()))
+
+    def fleet_state(self, control_topic_id: str | None) -> asyncio.Future[Any]:
+        return self._submit(lambda: ("fleet-state", self._lane.fleet_state(control_topic_id)))
+
+    def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> asyncio.Future[Any]:
+        return self._submit(
+            lambda: ("committed-fleet", self._lane.commit_fleet(list(sets), control))
+        )
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._executor.shutdown, wait=True)

@@ -144,18 +144,24 @@ def compact(table: Table, after_hours: int, now_ms: int, stats: MaintenanceStats
 
 
 def expire_snapshots(table: Table, after_hours: int, now_ms: int) -> int:
-    """Expire snapshots older than ``after_hours``, keeping the current and each node's newest."""
+    """Expire snapshots older than ``after_hours``, keeping the current and the resume points.
+
+    Kept: each node's newest snapshot, and the newest of each topic id and
+    control topic id (``commits``), from which nodes and the committer resume.
+    """
     cutoff = now_ms - after_hours * MS_PER_HOUR
     current = table.current_snapshot()
     keep = {current.snapshot_id} if current is not None else set()
-    newest: dict[str, tuple[int, int]] = {}
+    newest: dict[tuple[str, str], tuple[int, int]] = {}
     for snapshot in table.metadata.snapshots:
         props = snapshot.summary.additional_properties if snapshot.summary else {}
-        node = props.get(commits.NODE_ID)
-        if node is not None:
-            seq = snapshot.sequence_number or 0
-            if node not in newest or newest[node][0] < seq:
-                newest[node] = (seq, snapshot.snapshot_id)
+        seq = snapshot.sequence_number or 0
+        # Each node's newest, and each topic id's and control topic id's newest: where a
+        # node, a partition of the pushes topic and the committer resume.
+        for key in (commits.NODE_ID, commits.TOPIC_ID, commits.CONTROL_TOPIC_ID):
+            value = props.get(key)
+            if value is not None and newest.get((key, value), (-1, 0))[0] < seq:
+                newest[key, value] = (seq, snapshot.snapshot_id)
     keep |= {snapshot_id for _, snapshot_id in newest.values()}
     expired = [
         s.snapshot_id

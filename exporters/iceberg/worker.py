@@ -21,6 +21,10 @@ request gets exactly one reply, in order):
   ``("committed", lane_messages.CommitOutcome)``
 * ``("commit-topic", table, [file location, ...], {partition: (start, end)})``
   (lane 0, fed from the pushes topic) → ``("committed", lane_messages.CommitOutcome)``
+* ``("fleet-state", control topic id)`` (lane 0) → ``("fleet-state",
+  lane_messages.FleetState)``; ``("commit-fleet", [fleet.FileSet, ...],
+  fleet.ControlRange)`` (lane 0, the fleet's committer) → ``("committed-fleet",
+  lane_messages.FleetOutcome)``
 * ``("offsets",)`` (lane 0, fed from the pushes topic) → ``("offsets", {table:
   {partition: next offset}})``: where the tables stand now (a rebalance)
 * ``("stop",)`` → ``("stopped",)``, then the process exits
@@ -42,7 +46,13 @@ from typing import TYPE_CHECKING, Any
 
 from exporters.api import LoggedPush
 from exporters.iceberg.committer import LakeTables
-from exporters.iceberg.lane_messages import CommitOutcome, Opened, plain
+from exporters.iceberg.lane_messages import (
+    CommitOutcome,
+    FleetOutcome,
+    FleetState,
+    Opened,
+    plain,
+)
 from exporters.iceberg.rows import BatchReply, LakeRows, LaneConfig, WrittenFile
 from exporters.landing.pool import serve_requests
 
@@ -50,6 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from multiprocessing.connection import Connection
 
+    from exporters.iceberg.fleet import ControlRange, FileSet
     from exporters.iceberg.lane_messages import LaneStart
 
 __all__ = ["LaneWorker", "worker_main"]
@@ -104,6 +115,16 @@ class LaneWorker:
             raise RuntimeError("only the committing lane commits")
         return self.lake.commit_topic(table, files, ranges)
 
+    def fleet_state(self, control_topic_id: str | None) -> FleetState:
+        if self.lake is None:
+            raise RuntimeError("only the committing lane reads the tables")
+        return self.lake.fleet_state(control_topic_id)
+
+    def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> FleetOutcome:
+        if self.lake is None:
+            raise RuntimeError("only the committing lane commits")
+        return self.lake.commit_fleet(sets, control)
+
     def topic_offsets(self) -> dict[str, dict[int, int]]:
         if self.lake is None:
             raise RuntimeError("only the committing lane reads the tables")
@@ -147,6 +168,8 @@ def worker_main(conn: Connection, start: LaneStart) -> None:
             "commit": lambda m: ("committed", lane.commit(m[1], m[2], m[3], m[4])),
             "commit-topic": lambda m: ("committed", lane.commit_topic(m[1], m[2], m[3])),
             "offsets": lambda _m: ("offsets", lane.topic_offsets()),
+            "fleet-state": lambda m: ("fleet-state", lane.fleet_state(m[1])),
+            "commit-fleet": lambda m: ("committed-fleet", lane.commit_fleet(m[1], m[2])),
         },
         lambda _reason: lane.discard(),
         lane.discard,

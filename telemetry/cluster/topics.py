@@ -164,12 +164,22 @@ def topic_identity(connection: ClusterConnection, topic: str, timeout_s: float) 
     """
     config: dict[str, Any] = {**connection.client_config()}
     admin = AdminClient(config)
-    try:
-        cluster = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s)
-        described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
-        description = described[topic].result(timeout=timeout_s)
-    except (KafkaException, TimeoutError) as error:
-        raise ClusterError(
-            f"topic {topic} at {connection.bootstrap_servers}: cannot describe it: {error}"
-        ) from None
-    return str(cluster.cluster_id), str(description.topic_id)
+    deadline = time.monotonic() + timeout_s
+    while True:  # a topic just created is unknown to a broker until its metadata arrives
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            cluster = admin.describe_cluster(request_timeout=left).result(timeout=left)
+            described = admin.describe_topics(TopicCollection([topic]), request_timeout=left)
+            description = described[topic].result(timeout=left)
+        except (KafkaException, TimeoutError) as error:
+            kafka_error = error.args[0] if error.args else None
+            unknown = isinstance(kafka_error, KafkaError) and kafka_error.code() == (
+                KafkaError.UNKNOWN_TOPIC_OR_PART
+            )
+            if unknown and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise ClusterError(
+                f"topic {topic} at {connection.bootstrap_servers}: cannot describe it: {error}"
+            ) from None
+        return str(cluster.cluster_id), str(description.topic_id)

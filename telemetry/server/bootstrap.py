@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from telemetry.ingest.kafka_log import KafkaPushLog
     from telemetry.ingress import PushLog
     from telemetry.metastore.backend import MetadataBackend
+    from telemetry.server.fleet_commits import FleetCommits
 
 _log = logging.getLogger(__name__)
 
@@ -153,6 +154,8 @@ class Server:
         #: ``/readyz`` shows a reason's first line; a longer text goes to the log once.
         self._public_reasons = PublicReasons()
         self.hosts: list[ExporterHost] = []
+        #: With ``[log] store = "kafka"``: the landings' publishers and committer members.
+        self.fleets: list[FleetCommits] = []
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.http_address: tuple[str, int] | None = None
@@ -189,8 +192,14 @@ class Server:
         for exporter_settings, exporter in exporters:
             host = log_choice.exporter_host(exporter_settings, exporter, self.log, settings.log)
             self.hosts.append(host)
+            fleet = log_choice.fleet_commits(exporter, settings.log)
             try:
+                if fleet is not None:
+                    await fleet.prepare()  # the landing publishes file sets from its start
                 await host.start()
+                if fleet is not None:
+                    self.fleets.append(fleet)
+                    fleet.start()
             except Exception as error:  # a plugin's own failure, reported as one line
                 _log.debug("exporter %s failed to start", host.name, exc_info=True)
                 hint = start_hint(exporter_settings)
@@ -308,6 +317,8 @@ class Server:
             registry.register(MetadataLogCollector(store_stats))
         if self.kafka_log is not None:
             registry.register(log_choice.kafka_log_collector(self.kafka_log, self.hosts))
+        for fleet in self.fleets:
+            registry.register(log_choice.fleet_collector(fleet))
         forward = ForwardHandler(
             push_log,
             settings.forward,
@@ -421,6 +432,9 @@ class Server:
             if retention is not None
         ]
         steps += [(f"exporter {host.name}", host.stop) for host in self.hosts]
+        # After the landings: their last file sets are committed by this node if it is the
+        # committer (a revocation waits for that), else by the next one.
+        steps += [("fleet committer", fleet.stop) for fleet in self.fleets]
         if self.log is not None:
             steps.append(("ingest log", self.log.close))
         if self.kafka_log is not None:

@@ -28,9 +28,12 @@ if TYPE_CHECKING:
     from telemetry.ingest.config import LogConfig
     from telemetry.ingest.kafka_log import KafkaPushLog
     from telemetry.server.config import ExporterSettings, Settings
+    from telemetry.server.fleet_commits import FleetCommits
 
 __all__ = [
     "exporter_host",
+    "fleet_collector",
+    "fleet_commits",
     "kafka_log_collector",
     "log_location",
     "open_kafka_log",
@@ -107,3 +110,23 @@ def kafka_log_collector(log: KafkaPushLog, hosts: Sequence[ExporterHost]) -> Col
     from telemetry.server.kafka_log_metrics import KafkaLogCollector  # noqa: PLC0415
 
     return KafkaLogCollector(log, hosts)
+
+
+def fleet_commits(exporter: Exporter, config: LogConfig) -> FleetCommits | None:
+    """The fleet's committer membership of an Iceberg landing fed from the topic, else ``None``."""
+    from exporters.iceberg.exporter import IcebergExporter  # noqa: PLC0415
+
+    if config.store != "kafka" or not isinstance(exporter, IcebergExporter):
+        return None
+    if not exporter.fleet_commits:
+        return None
+    from telemetry.server.fleet_commits import FleetCommits  # noqa: PLC0415
+
+    assert config.cluster is not None  # parse_log sets it for store = "kafka"
+    return FleetCommits(config.cluster, config.topic, exporter)
+
+
+def fleet_collector(fleet: FleetCommits) -> Collector:
+    from telemetry.server.fleet_metrics import FleetCollector  # noqa: PLC0415
+
+    return FleetCollector(fleet)

@@ -22,6 +22,7 @@ from telemetry.errors import ErrorCode
 from tests.kafka.test_kafka_log import (
     SOON_S,
     Load,
+    metric,
     push_as,
     subscribes,
     topic_records,
@@ -43,6 +44,7 @@ catalog = {{ type = "sql", uri = "sqlite:///{lake}/catalog.db" }}
 warehouse = "{lake}/warehouse"
 [exporters.landing.options]
 max_file_age_s = 1.0
+commit_interval_s = {interval}
 workers = 1
 [log]
 store = "kafka"
@@ -53,7 +55,9 @@ startup_timeout_s = 30
 
 
 def node(root: Path, name: str, broker: KafkaBroker, topic: str) -> ServeProcess:
-    config = NODE_CONFIG.format(lake=root / "lake", bootstrap=broker.bootstrap, topic=topic)
+    config = NODE_CONFIG.format(
+        lake=root / "lake", bootstrap=broker.bootstrap, topic=topic, interval=COMMIT_INTERVAL_S
+    )
     return ServeProcess(root / name, config)
 
 
@@ -71,6 +75,32 @@ def landed(root: Path) -> list[dict[str, Any]]:
     scanned = table.scan(selected_fields=("client_id", "log_partition", "push_offset"))
     rows: list[dict[str, Any]] = scanned.to_arrow().to_pylist()
     return rows
+
+
+COMMIT_INTERVAL_S = 1.0
+
+
+def fleet_commits(root: Path) -> list[dict[str, str]]:
+    """The snapshot properties of every commit of the landing, oldest first."""
+    lake = root / "lake"
+    catalog = load_catalog(
+        "kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"{lake}/warehouse"
+    )
+    table = catalog.load_table(("kip714", "metrics"))
+    history = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    return [dict(s.summary.additional_properties) for s in history if s.summary is not None]
+
+
+def assert_one_committer(root: Path, seconds: float) -> None:
+    """Issue 40: every commit is the committer's, at most one per interval (and one to spare)."""
+    commits = [c for c in fleet_commits(root) if "kip714.kafka.offsets" in c]
+    assert commits
+    assert all("kip714.control.offset" in c for c in commits)
+    assert len(commits) <= seconds / COMMIT_INTERVAL_S + 2, (len(commits), seconds)
+
+
+def committer_of(nodes: list[ServeProcess]) -> list[ServeProcess]:
+    return [n for n in nodes if metric(n, "kip714_landing_committer") == 1]
 
 
 def commit_history(root: Path) -> list[tuple[str, str]]:
@@ -132,6 +162,7 @@ def test_three_nodes_one_killed_under_load_every_acknowledged_push_lands_once(
     """kill -9 of one of three nodes at a random moment (fixed seed; more seeds by hand)."""
     rng = random.Random(39)
     topic = "landing-fleet"
+    started = time.monotonic()
     nodes = [node(tmp_path, name, broker, topic).start() for name in ("a", "b", "c")]
     load = Load(nodes)
     try:
@@ -179,3 +210,49 @@ def test_three_nodes_one_killed_under_load_every_acknowledged_push_lands_once(
             else:
                 n.kill()
     assert_each_once(tmp_path, acknowledged)
+    assert_one_committer(tmp_path, time.monotonic() - started)
+
+
+def test_the_committers_node_killed_under_load_another_commits_within_30_s(
+    tmp_path: Path, broker: KafkaBroker
+) -> None:
+    """Issue 40: kill -9 of the committer; another node commits within 30 s; all lands once."""
+    topic = "landing-committer"
+    started = time.monotonic()
+    nodes = [node(tmp_path, name, broker, topic).start() for name in ("a", "b", "c")]
+    load = Load(nodes)
+    try:
+        load.start()
+        wait_for(lambda: len(committer_of(nodes)) == 1, SOON_S, "one node commits")
+        wait_for(lambda: len(load.acknowledged) >= 60, SOON_S, "the fleet acknowledges pushes")
+        (victim,) = committer_of(nodes)
+        load.live = [n for n in nodes if n is not victim]
+        victim.kill()  # SIGKILL: the accepted file sets it held are on the control topic
+        killed = time.monotonic()
+        wait_for(
+            lambda: len(committer_of(load.live)) == 1,
+            30.0,
+            "another node commits for the fleet within 30 s of the committer's kill",
+        )
+        took = time.monotonic() - killed
+        at_kill = len(load.acknowledged)
+        wait_for(
+            lambda: len(load.acknowledged) >= at_kill + 40, SOON_S, "the survivors acknowledge"
+        )
+        load.finish()
+        acknowledged = set(load.acknowledged)
+        wait_for(
+            lambda: acknowledged <= set(landed_clients(tmp_path)),
+            2 * SOON_S,
+            "every acknowledged push lands",
+        )
+    finally:
+        load.stopping.set()
+        for n in nodes:
+            if n.process is not None and n.process.poll() is None:
+                assert n.stop() == 0
+            else:
+                n.kill()
+    assert took < 30.0
+    assert_each_once(tmp_path, acknowledged)
+    assert_one_committer(tmp_path, time.monotonic() - started)
