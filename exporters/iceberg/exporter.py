@@ -64,6 +64,7 @@ are given up, and the partitions fed again from the table.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import functools
 import logging
@@ -93,7 +94,7 @@ if TYPE_CHECKING:
     from exporters.iceberg.lane_messages import CommitOutcome, FleetOutcome, FleetState, Opened
     from exporters.iceberg.rows import BatchReply, WrittenFile
 
-__all__ = ["DEFAULTS", "IcebergExporter", "IcebergStats"]
+__all__ = ["COMMIT_BUCKETS_S", "DEFAULTS", "IcebergExporter", "IcebergStats"]
 
 _log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ IN_FLIGHT_PER_LANE: Final = 2
 #: Backoff after a failed write or commit: the first wait, and the longest.
 RETRY_INITIAL_S: Final = 0.1
 RETRY_MAX_S: Final = 30.0
+#: Upper bounds (seconds) of the commit latency histogram (``kip714_landing_commit_seconds``).
+COMMIT_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Fleet commits: file sets waiting longer than this many commit intervals (and at least
 #: ``FLEET_STALL_MIN_S``) are given up and fed again; readiness turns false then too.
 FLEET_STALL_INTERVALS: Final = 6
@@ -168,6 +171,15 @@ class IcebergStats(FlattenStats):
     failure_streaks: int = 0  # runs of failures ended by a commit (each counted once)
     durable_offset: int = 0
     pending_rows: int = 0
+    #: This node's own commits (not the fleet's): their time, per ``COMMIT_BUCKETS_S`` bound.
+    commit_seconds_total: float = 0.0
+    commit_bucket_counts: list[int] = field(
+        default_factory=lambda: [0] * (len(COMMIT_BUCKETS_S) + 1)
+    )
+
+    def observe_commit(self, seconds: float) -> None:
+        self.commit_seconds_total += seconds
+        self.commit_bucket_counts[bisect.bisect_left(COMMIT_BUCKETS_S, seconds)] += 1
 
 
 @dataclass(slots=True)
@@ -815,6 +827,7 @@ class IcebergExporter(GenerationLanding):
             files = [f for f in gen.files if f.table == name]
             if not files:
                 continue
+            started = time.monotonic()
             try:
                 reply = await self._commit_files(name, [f.location for f in files], gen)
             except Exception as error:
@@ -833,6 +846,7 @@ class IcebergExporter(GenerationLanding):
                 self._abandon(gen, reason)
                 raise TransientExportError(reason)
             self.stats.commits += 1
+            self.stats.observe_commit(time.monotonic() - started)
             if self._topic is None:  # (per partition offsets: the lanes filter nothing)
                 self._from[name] = gen.last + 1  # a later failure of another table replays none
             landed = sum(f.rows for f in files)

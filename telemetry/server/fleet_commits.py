@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from exporters.iceberg.exporter import COMMIT_BUCKETS_S
 from exporters.iceberg.fleet import ControlRange, FileSet, FileSetError, FleetBatch
 from telemetry.cluster import topics as cluster_topics
 from telemetry.cluster.topics import ClientLog, ClusterError, TopicLayout, topic_identity
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from exporters.iceberg.lane_messages import FleetState
     from telemetry.cluster.connection import ClusterConnection
 
-__all__ = ["COMMIT_BUCKETS_S", "FleetCommits", "FleetStats", "committer_group", "control_topic"]
+__all__ = ["FleetCommits", "FleetStats", "committer_group", "control_topic"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,8 +62,6 @@ PUBLISH_TIMEOUT_S: Final = 30.0
 SESSION_TIMEOUT_MS: Final = 10_000
 _STATE_TIMEOUT_S: Final = 60.0
 _STATE_RETRY_S: Final = (0.5, 10.0)
-#: Upper bounds (seconds) of the fleet commit latency histogram.
-COMMIT_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 _T = TypeVar("_T")
 

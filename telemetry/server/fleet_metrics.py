@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from telemetry.server.fleet_commits import COMMIT_BUCKETS_S
+from exporters.iceberg.exporter import COMMIT_BUCKETS_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

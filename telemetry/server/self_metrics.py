@@ -24,6 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from exporters.iceberg.exporter import COMMIT_BUCKETS_S
 from exporters.iceberg.retention import RetentionStats
 from telemetry.enforcement.metrics import gather_quota_families, quota_families
 from telemetry.ingest import FSYNC_BUCKETS_S
@@ -264,6 +265,12 @@ class ServerCollector(Collector):
             "(not OTLP) or max_data_points_per_push (more data points than that option).",
             labels=["exporter", "reason"],
         )
+        commit_latency = HistogramMetricFamily(
+            "kip714_landing_commit_seconds",
+            'Time of a landing\'s own Iceberg commits (per node; with [log] store = "kafka" '
+            "the fleet's committer's are kip714_landing_fleet_commit_seconds), with retries.",
+            labels=["exporter"],
+        )
         plugin_stats = GaugeMetricFamily(
             "kip714_exporter_stat",
             "An exporter's own counters (its stats object's numeric fields), by name.",
@@ -282,6 +289,13 @@ class ServerCollector(Collector):
             if isinstance(skipped_undecodable, int):  # the landings' FlattenStats
                 undecodable.add_metric([host.name], skipped_undecodable)
                 landing_skipped.add_metric([host.name, "undecodable"], skipped_undecodable)
+            commit_counts = getattr(exporter_stats, "commit_bucket_counts", None)
+            if isinstance(commit_counts, list):  # the iceberg landing's own commits
+                commit_latency.add_metric(
+                    [host.name],
+                    _buckets(COMMIT_BUCKETS_S, commit_counts),
+                    float(getattr(exporter_stats, "commit_seconds_total", 0.0)),
+                )
             oversized = getattr(exporter_stats, "oversized_pushes", None)
             if isinstance(oversized, int):
                 landing_skipped.add_metric([host.name, "max_data_points_per_push"], oversized)
@@ -302,6 +316,7 @@ class ServerCollector(Collector):
             latency,
             undecodable,
             landing_skipped,
+            commit_latency,
             plugin_stats,
         )
 
