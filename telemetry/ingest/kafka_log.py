@@ -39,9 +39,11 @@ from telemetry.cluster.topics import ClientLog, TopicLayout
 from telemetry.ingest.errors import LogClosedError, LogFullError, RecordTooLargeError
 from telemetry.ingest.record import (
     HEADER,
+    MAX_BODY,
     FrameError,
     check_body,
     decode_checked_body,
+    decoded_size,
     encode_frame,
 )
 
@@ -364,13 +366,20 @@ class KafkaPushLog:
         self._settle(reports)
 
 
-def decode_record(value: bytes | None, partition: int, offset: int) -> LoggedPush:
+def decode_record(
+    value: bytes | None, partition: int, offset: int, max_bytes: int = MAX_BODY
+) -> LoggedPush:
     """A record of the pushes topic as exporters get it: the frame, checked and decoded.
 
+    ``max_bytes`` bounds the record decoded (its payload decompressed): the
+    node's ``max_record_bytes``, the most any node appends; a record
+    declaring more (any producer with Write on the topic may add one) is
+    refused before anything is decompressed.
+
     Raises:
-        FrameError: not a whole frame of the log's format (any producer may
-            write to the topic), its checksum fails, or its payload does not
-            decompress to its declared size.
+        FrameError: not a whole frame of the log's format, its checksum
+            fails, it declares more than ``max_bytes`` decoded, or its
+            payload does not decompress to its declared size.
     """
     if value is None or len(value) < HEADER.size:
         raise FrameError(0, "not a record of the ingest log (no frame header)")
@@ -378,5 +387,8 @@ def decode_record(value: bytes | None, partition: int, offset: int) -> LoggedPus
     if HEADER.size + length != len(value):
         raise FrameError(0, f"frame of {length} bytes in a record of {len(value)}")
     check_body(value, HEADER.size, len(value), crc, 0)
+    decoded = decoded_size(value, HEADER.size, len(value))
+    if decoded > max_bytes:
+        raise FrameError(0, f"record declares {decoded} bytes decoded, over {max_bytes}")
     push = decode_checked_body(value, HEADER.size, len(value))
     return replace(push, offset=offset, partition=partition)

@@ -134,6 +134,8 @@ class KafkaExporterHost(ExporterHost):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cluster = log.cluster
         self._startup_timeout_s = log.cluster.startup_timeout_s
+        #: The most a record decodes to: what any node appends (``max_record_bytes``).
+        self._max_record_bytes = log.max_record_bytes
 
     @property
     def lag(self) -> int:
@@ -284,7 +286,7 @@ class KafkaExporterHost(ExporterHost):
             return None
         self.positions[partition] = offset + 1
         try:
-            return decode_record(message.value(), partition, offset)
+            return decode_record(message.value(), partition, offset, self._max_record_bytes)
         except FrameError as failure:
             self.undecodable += 1
             skipped[partition] = offset + 1

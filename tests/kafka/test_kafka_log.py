@@ -18,8 +18,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import zstandard
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -32,15 +34,16 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 
+from telemetry.core.codecs import CompressionType
 from telemetry.errors import ErrorCode
 from telemetry.ingest.kafka_log import decode_record
 from tests.kafka.kafka_dist import KafkaBroker
+from tests.telemetry.ingest.support import context, encoded_frame
 from tests.telemetry.kafka_wire_client import WireClient, fresh_push
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from exporters.api import LoggedPush
     from telemetry.wire import PushTelemetryResponse
@@ -60,6 +63,8 @@ startup_timeout_s = 30
 full_throttle_ms = 700
 """
 LINES = '[exporters.lines]\ntype = "jsonl"\n'
+#: A record declaring this many bytes decompressed, over the default max_record_bytes.
+BOMB_BYTES = 64 << 20
 #: A generous bound for what must happen "soon" (a rebalance takes up to the session timeout).
 SOON_S = 60.0
 
@@ -69,6 +74,14 @@ def node(
 ) -> ServeProcess:
     config = NODE_CONFIG.format(bootstrap=broker.bootstrap, topic=topic, exporters=exporters)
     return ServeProcess(root / name, config)
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident set (``VmHWM``), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
 
 
 def http_get(process: ServeProcess, path: str) -> tuple[int, str]:
@@ -233,9 +246,17 @@ def test_a_record_that_does_not_decode_is_counted_named_and_skipped(
     topic = "pushes-junk"
     process = node(tmp_path, "a", broker, topic).start()
     try:
+        assert process.process is not None
+        peak_before = peak_rss(process.process.pid)
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         for partition in range(12):
             producer.produce(topic, value=b"not a frame", partition=partition)
+        # A well-formed frame declaring 64 MiB decompressed (a zstd bomb of 2 KiB), over
+        # the node's max_record_bytes (16 MiB): refused before it is decompressed.
+        bomb = zstandard.compress(bytes(BOMB_BYTES))
+        producer.produce(
+            topic, value=encoded_frame(0, context(0), bomb, CompressionType.ZSTD, BOMB_BYTES)
+        )
         assert producer.flush(10) == 0
         answers = [asyncio.run(push_as(process, f"after-junk-{n}")) for n in range(5)]
         assert [a.error_code for a in answers] == [ErrorCode.NONE] * 5
@@ -246,12 +267,15 @@ def test_a_record_that_does_not_decode_is_counted_named_and_skipped(
             SOON_S,
             "the pushes after the junk are exported",
         )
-        assert metric(process, "kip714_log_undecodable_records_total") == 12
+        assert metric(process, "kip714_log_undecodable_records_total") == 13
         assert asyncio.run(subscribes(process))
+        grown = peak_rss(process.process.pid) - peak_before
+        assert grown < BOMB_BYTES // 2, f"peak RSS grew {grown} bytes"
     finally:
         assert process.stop() == 0
     named = [line for line in process.lines if "it does not decode" in line]
-    assert len(named) == 12, named
+    assert len(named) == 13, named
+    assert sum("over 16777216" in line for line in named) == 1
 
 
 def test_a_node_killed_and_its_disk_lost_loses_no_acknowledged_push(
