@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
 import shutil
@@ -19,8 +20,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pytest
 import zstandard
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -36,7 +38,9 @@ from confluent_kafka.admin._resource import ResourceType
 
 from telemetry.core.codecs import CompressionType
 from telemetry.errors import ErrorCode
-from telemetry.ingest.kafka_log import decode_record
+from telemetry.ingest import LogFullError
+from telemetry.ingest.config import parse_log
+from telemetry.ingest.kafka_log import KafkaPushLog, decode_record
 from tests.kafka.kafka_dist import KafkaBroker
 from tests.telemetry.ingest.support import context, encoded_frame
 from tests.telemetry.kafka_wire_client import WireClient, fresh_push
@@ -406,6 +410,53 @@ def test_the_topic_deleted_under_a_running_node_throttles_pushes_and_readiness_s
         )
     finally:
         assert process.stop() == 0
+
+
+class _PollFails:
+    """The real producer, but its ``poll`` raises: what a bug in the poll thread does."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+
+    def poll(self, timeout: float) -> int:
+        del timeout
+        raise RuntimeError("injected: poll failed")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+def test_a_failed_producer_thread_is_logged_at_once_and_pushes_are_refused(
+    broker: KafkaBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = parse_log(
+        {"store": "kafka", "bootstrap_servers": broker.bootstrap, "topic": "pushes-poll-fails"}
+    )
+
+    async def scenario() -> str:
+        log = await KafkaPushLog.open(config)
+        try:
+            log._thread.join(5.0)  # the real thread polls; stop it, then run one that fails
+            log._stopping.set()
+            log._thread.join(10.0)
+            assert not log._thread.is_alive()
+            log._stopping.clear()
+            log._producer = _PollFails(log._producer)  # type: ignore[assignment]
+            failing = threading.Thread(target=log._run, daemon=True)
+            failing.start()
+            failing.join(10.0)
+            assert not failing.is_alive()  # the thread ended, and said why (below)
+            with pytest.raises(LogFullError):
+                log.append_nowait(context(1), b"push")
+            return log.stats.last_refusal_reason
+        finally:
+            log._producer = log._producer._producer  # type: ignore[attr-defined]
+            await log.close()
+
+    with caplog.at_level(logging.ERROR, logger="telemetry.ingest.kafka_log"):
+        reason = asyncio.run(scenario())
+    assert "the producer thread failed: injected: poll failed" in reason
+    assert any("producer thread failed" in r.getMessage() for r in caplog.records)
 
 
 def test_a_broker_down_while_serving_throttles_pushes_until_it_is_back(
