@@ -16,12 +16,14 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import Producer
 from pyiceberg.catalog import load_catalog
 
 from telemetry.errors import ErrorCode
 from tests.kafka.test_kafka_log import (
     SOON_S,
     Load,
+    http_get,
     metric,
     push_as,
     subscribes,
@@ -99,6 +101,13 @@ def assert_one_committer(root: Path, seconds: float) -> None:
     assert len(commits) <= seconds / COMMIT_INTERVAL_S + 2, (len(commits), seconds)
 
 
+def undecodable_sets(process: ServeProcess) -> float:
+    _, text = http_get(process, "/metrics")
+    series = 'kip714_landing_file_sets_total{outcome="undecodable"} '
+    found = [line for line in text.splitlines() if line.startswith(series)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else 0.0
+
+
 def committer_of(nodes: list[ServeProcess]) -> list[ServeProcess]:
     return [n for n in nodes if metric(n, "kip714_landing_committer") == 1]
 
@@ -146,11 +155,23 @@ def test_a_node_killed_and_its_disk_lost_its_pushes_land_once_through_another(
     assert len(acknowledged) == 60
     second = node(tmp_path, "b", broker, topic).start()
     try:
+        # Records on the control topic that are not file sets: skipped and counted by the
+        # committer, which goes on committing.
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for junk in (b"not a file set", b'{"v": 99}'):
+            producer.produce(f"{topic}_control", value=junk)
+        assert producer.flush(10) == 0
         wait_for(
             lambda: acknowledged <= set(landed_clients(tmp_path)),
             SOON_S,
             "node B lands what node A acknowledged",
         )
+        wait_for(
+            lambda: undecodable_sets(second) == 2,
+            SOON_S,
+            "the committer counts the records that are not file sets",
+        )
+        assert any("not a file set" in line for line in second.lines)
     finally:
         assert second.stop() == 0
     assert_each_once(tmp_path, acknowledged)
