@@ -1,10 +1,13 @@
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Properties;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
@@ -13,7 +16,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * of Kafka 3.7 (the oldest client with KIP-714), so it compiles against every tested version.
  *
  * <p>Usage: {@code TelemetryProducer BOOTSTRAP SECONDS CLIENT_ID TOPIC}. Prints {@code instance
- * UUID} (the id the broker gave the client) and {@code sent N}.
+ * UUID} (the id the broker gave the client), {@code sent N} and, just before it closes (its
+ * terminating push carries the same), {@code outgoing-byte-rate RATE at EPOCH_MS}: the producer's
+ * own {@code producer-metrics} rate, which it pushes as {@code
+ * org.apache.kafka.producer.outgoing.byte.rate}.
  */
 public final class TelemetryProducer {
     private static final Duration WAIT = Duration.ofSeconds(10);
@@ -41,6 +47,14 @@ public final class TelemetryProducer {
         producer.flush();
         System.out.println("instance " + producer.clientInstanceId(WAIT));
         System.out.println("sent " + sent);
+        double rate = Double.NaN;
+        for (Map.Entry<MetricName, ? extends Metric> entry : producer.metrics().entrySet()) {
+            MetricName name = entry.getKey();
+            if (name.group().equals("producer-metrics") && name.name().equals("outgoing-byte-rate")) {
+                rate = ((Number) entry.getValue().metricValue()).doubleValue();
+            }
+        }
+        System.out.println("outgoing-byte-rate " + rate + " at " + System.currentTimeMillis());
         System.out.flush();
         producer.close(WAIT);
     }

@@ -15,8 +15,10 @@ those payloads arrived compressed while no other version's did.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import subprocess
+import sys
 import time
 import urllib.request
 from typing import TYPE_CHECKING
@@ -150,3 +152,37 @@ def test_every_acknowledged_push_lands_once_with_the_brokers_id(
         assert sum(decompressed.values()) > 0, "a 3.7 broker forwards payloads compressed"
     else:
         assert decompressed == {}, "this version forwards payloads decompressed"
+    if version == NEWEST:
+        assert_advise_reads_the_producers_rate(tmp_path / "kip714", java_output)
+
+
+NEWEST = max(VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def assert_advise_reads_the_producers_rate(data_dir: Path, java_output: str) -> None:
+    """Issue 42: ``quotas advise`` reads the producer's own byte rate back, within 10 %.
+
+    The producer printed its ``outgoing-byte-rate`` just before closing; its
+    terminating push carries the value of that moment. The advice over the
+    second around it (one-second windows) is that rate, as the lake holds it.
+    """
+    [(rate, at_ms)] = re.findall(r"^outgoing-byte-rate (\S+) at (\d+)$", java_output, re.M)
+    own = float(rate)
+    assert own > 0, java_output
+
+    def iso(ms: int) -> str:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()
+
+    moment = int(at_ms)
+    result = subprocess.run(
+        [sys.executable, "-m", "telemetry", "quotas", "advise", "--data-dir", str(data_dir),
+         "--from", iso(moment - 300), "--to", iso(moment + 2000), "--window-s", "1"],
+        capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [line] = [
+        line for line in result.stdout.splitlines()
+        if line.startswith("producer_byte_rate") and " java-producer " in line
+    ]  # fmt: skip
+    peak = float(line.split()[3].replace(",", ""))
+    assert abs(peak - own) <= 0.10 * own, (peak, own, result.stdout)
