@@ -51,6 +51,19 @@ def test_demo_runs_the_whole_product(tmp_path: Path) -> None:
     inventory = catalog.load_table("kip714.client_inventory_1h").scan().to_arrow()
     assert sorted(inventory.column("client_type").to_pylist()) == ["consumer", "producer"]
 
+    # Issue 42: librdkafka pushes no byte rate, so the Kafka quotas get "no observed rate";
+    # kip714's own push quotas are advised for each client from the pushes' sizes.
+    advise = subprocess.run(
+        [sys.executable, "-m", "telemetry", "quotas", "advise", "--data-dir", str(data)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert advise.returncode == 0, advise.stdout + advise.stderr
+    lines = advise.stdout.splitlines()
+    for client in ("demo-producer-0", "demo-consumer-0"):
+        for quota in ("push_byte_rate", "push_decoded_byte_rate"):
+            assert any(line.split()[:1] == [quota] and f" {client} " in line for line in lines)
+        assert any(client in line and "no observed rate" in line for line in lines)
+
     page_view = asyncio.run(evaluate_in_page(page.as_uri(), MEASURE_REPORT, tmp_path / "chrome"))
     assert page_view["scrollWidth"] <= 1280, page_view["scrollWidth"]
     assert page_view["sections"][:2] == ["fleet", "alerts"], page_view["sections"]
