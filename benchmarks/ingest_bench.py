@@ -36,6 +36,19 @@ where their CPU went per data point: by stage, then by function.
 The server runs with ``max_file_age_s = 5``, the server's default
 (``--file-age``); earlier versions of this benchmark used 10.
 
+``--log kafka`` starts a real Kafka broker (``tests/kafka/kafka_dist.py``,
+cached jars, one KRaft node on loopback) and runs the same load against
+``[log] store = "kafka"``: pushes acknowledged after the cluster's
+``acks=all``, the landing a member of the pushes topic's consumer group. The
+log end is then the pushes the cluster acknowledged
+(``kip714_log_ack_seconds``' count) and the landed position the landing's
+``rows_landed`` over 60 rows a push (the host's lag there counts records
+taken, not landed). ``--log both`` runs the local log first, then starts the
+broker and runs Kafka, and ends with the Kafka log's acknowledged pushes/s as
+a share of the local log's, both landed rates and both p99s. The broker's JVM
+shares the machine's cores with the server and the load generator.
+``--check`` and ``--profile`` run with the local log only.
+
 Targets: ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
 bounded lag, landed ≥ 95 % of acknowledged in the window, p99 of
 acknowledgements under 50 ms, at least the single-process flatten limit,
@@ -48,6 +61,7 @@ runs on the machine are noisy, and the output says how busy the machine was.
     python3 benchmarks/ingest_bench.py --rate 8000 --duration 20   # the issue's target
     python3 benchmarks/ingest_bench.py --check         # 8,000/s for 20 s, against budget.json
     python3 benchmarks/ingest_bench.py --profile /tmp/landing-profile
+    python3 benchmarks/ingest_bench.py --log both --rate 2000   # local log, then the log in Kafka
 """
 
 from __future__ import annotations
