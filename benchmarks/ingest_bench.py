@@ -446,6 +446,8 @@ class Server:
     tail: list[str] = field(default_factory=list)
     rss_server: int = 0
     rss_workers: int = 0
+    #: ``cluster_acks()`` once the landing drained (``--log kafka``).
+    acks: str = ""
     _lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -518,6 +520,26 @@ class Server:
             return values.get("kip714_log_ack_seconds_count", 0.0), rows / METRICS_PER_PUSH
         end = values.get("kip714_log_end_offset", 0.0)
         return end, end - values.get('kip714_exporter_lag_pushes{exporter="landing"}', 0.0)
+
+    def cluster_acks(self) -> str:
+        """The producer's acknowledgement latency so far (``--log kafka``): mean and p99 bucket.
+
+        From ``kip714_log_ack_seconds``: producing a push until the cluster's
+        ``acks=all``, without the wait in the server before it (the clients'
+        p99 has both).
+        """
+        values = self.metrics()
+        count = values.get("kip714_log_ack_seconds_count", 0.0)
+        if not count:
+            return "no acknowledgement counted"
+        mean = values.get("kip714_log_ack_seconds_sum", 0.0) / count
+        bounds = sorted(
+            (float(key.split('"')[1]), value)
+            for key, value in values.items()
+            if key.startswith("kip714_log_ack_seconds_bucket{")
+        )
+        p99 = next((bound for bound, seen in bounds if seen >= 0.99 * count), float("inf"))
+        return f"mean {mean * 1000:.1f} ms, p99 <= {p99 * 1000:g} ms (its bucket) over {count:,.0f}"
 
     def stop(self) -> int | None:
         self._stop.set()
@@ -718,6 +740,8 @@ def load_phase(
         cost.cpu = server.cpu_s()[1] - cost.started_cpu
         cost.stop_counting()
         cost.points = (landed - cost.started_landed) * METRICS_PER_PUSH
+        if server.kafka_log is not None:
+            server.acks = server.cluster_acks()
         code = server.stop()
     except Exception:
         print("kip714 serve's last lines:", *server.tail[-10:], sep="\n  ", file=sys.stderr)
@@ -781,7 +805,8 @@ def run_server(
         print(
             f"{'acknowledged':<30}: {result.rate:,.0f} pushes/s, p50"
             f" {percentile(ordered, 0.5) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms,"
-            f" refused {result.refused}",
+            f" refused {result.refused}"
+            f"{f'; the cluster acknowledged the producer: {server.acks}' if server.acks else ''}",
             flush=True,
         )
         print(
