@@ -440,6 +440,8 @@ class Server:
     args: argparse.Namespace
     #: The bootstrap servers of the pushes topic (``[log] store = "kafka"``); None: the local log.
     kafka_log: str | None = None
+    #: The process id of the run's own broker (``--log kafka``), for its CPU in the window.
+    broker_pid: int | None = None
     proc: subprocess.Popen[str] | None = None
     http_port: int = 0
     kafka_port: int = 0
@@ -503,6 +505,15 @@ class Server:
                 workers += times.user + times.system
         return float(own.user + own.system), workers
 
+    def broker_cpu_s(self) -> float:
+        """CPU seconds so far of the run's own Kafka broker (0 without one)."""
+        if self.broker_pid is None:
+            return 0.0
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(self.broker_pid).cpu_times()
+            return float(times.user + times.system)
+        return 0.0
+
     def landed(self) -> tuple[float, float]:
         """(log end, landed position) of the landing, in pushes.
 
@@ -565,10 +576,12 @@ class Sampler:
     _thread: threading.Thread | None = None
     busy: list[float] = field(default_factory=list)
     cpu: list[tuple[float, float]] = field(default_factory=list)
+    broker_cpu: list[float] = field(default_factory=list)
 
     def start(self) -> None:
         self.busy.append(_busy_cpu_s())
         self.cpu.append(self.server.cpu_s())
+        self.broker_cpu.append(self.server.broker_cpu_s())
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -585,6 +598,7 @@ class Sampler:
             self._thread.join(10)
         self.busy.append(_busy_cpu_s())
         self.cpu.append(self.server.cpu_s())
+        self.broker_cpu.append(self.server.broker_cpu_s())
         with contextlib.suppress(OSError):
             self.samples.append((time.monotonic(), *self.server.landed()))
 
@@ -775,7 +789,10 @@ class ModeFigures:
 
 
 def run_server(
-    args: argparse.Namespace, single: SingleProcess, kafka_log: str | None = None
+    args: argparse.Namespace,
+    single: SingleProcess,
+    kafka_log: str | None = None,
+    broker_pid: int | None = None,
 ) -> ModeFigures:
     """One ``kip714 serve`` under the load, its landing drained; prints its figures.
 
@@ -785,7 +802,7 @@ def run_server(
     reference, landing_path = single.reference, single.landing_path
     realistic_size, lane_kafka, lane_sdk = single.realistic_size, single.lane_kafka, single.lane_sdk
     with workdir() as path:
-        server = Server(path, args, kafka_log)
+        server = Server(path, args, kafka_log, broker_pid)
         sampler = Sampler(server)
         cost = WorkerCost()
         result, acked, drained_s, code = load_phase(server, sampler, args, cost)
@@ -797,6 +814,8 @@ def run_server(
         machine = (sampler.busy[1] - sampler.busy[0]) / window if len(sampler.busy) == 2 else 0.0
         (server0, workers0), (server1, workers1) = sampler.cpu[0], sampler.cpu[-1]
         server_cores, worker_cores = (server1 - server0) / window, (workers1 - workers0) / window
+        broker_cores = (sampler.broker_cpu[-1] - sampler.broker_cpu[0]) / window
+        broker = f", the Kafka broker {broker_cores:.2f}" if broker_pid is not None else ""
         generation = args.max_rows * args.workers / METRICS_PER_PUSH
         bounded = max(lags) <= generation + 2 * args.rate and drained_s < 60
         files, rows, size = landed_files(path / "landing")
@@ -820,7 +839,7 @@ def run_server(
             f"{'peak RSS':<30}: server {server.rss_server / MIB:.0f} MiB, landing workers"
             f" {server.rss_workers / MIB:.0f} MiB; machine busy {machine:.2f} of"
             f" {os.cpu_count()} cores in the window (server {server_cores:.2f},"
-            f" landing workers {worker_cores:.2f})",
+            f" landing workers {worker_cores:.2f}{broker})",
             flush=True,
         )
         print(
@@ -882,7 +901,11 @@ def run_server(
                     "lane_us_per_point_librdkafka": round(lane_kafka, 3),
                     "lane_us_per_point_sdk": round(lane_sdk, 3),
                     "load_average": [round(x, 2) for x in os.getloadavg()],
-                    **({"log": "kafka"} if kafka_log is not None else {}),
+                    **(
+                        {"log": "kafka", "broker_cores": round(broker_cores, 2)}
+                        if kafka_log is not None
+                        else {}
+                    ),
                 }
             ),
             flush=True,
@@ -953,7 +976,8 @@ def kafka_modes(args: argparse.Namespace, single: SingleProcess) -> int:
     with workdir() as path:
         broker = KafkaBroker(path / "broker", kafka_jars(), plugin_jar(), {}).start()
         try:
-            results["kafka"] = run_server(args, single, broker.bootstrap)
+            assert broker.process is not None
+            results["kafka"] = run_server(args, single, broker.bootstrap, broker.process.pid)
         finally:
             broker.stop()
             broker.kill()
