@@ -36,7 +36,8 @@ starts a real Kafka broker (``tests/kafka/kafka_dist.py``, cached jars) and
 runs the closed and open loops against ``[log] store = "kafka"`` (pushes
 acknowledged after ``acks=all``; the landing off, as that mode requires);
 ``both`` ends with the Kafka log's acknowledged pushes/s as a share of the
-local log's, and its p99.
+local log's, and its p99. The broker's JVM shares the machine's cores: its
+CPU in each window is shown apart from other load ("the Kafka broker").
 """
 
 from __future__ import annotations
@@ -190,8 +191,11 @@ class Kip714Server:
         quotas: bool = False,
         profile_to: Path | None = None,
         kafka_log: str | None = None,
+        broker_pid: int | None = None,
     ) -> None:
         config = workdir / "kip714.toml"
+        #: The run's own Kafka broker (``--log kafka``): its CPU is shown apart from other load.
+        self.broker = psutil.Process(broker_pid) if broker_pid is not None else None
         config.write_text(server_config(cache_size, exporters, quotas, kafka_log))
         #: With ``profile_to``, the server runs under ``_cpu_profile.py``: see :meth:`profile`.
         self.profile_to = profile_to
@@ -323,6 +327,8 @@ class Window:
     before: dict[str, float] = field(default_factory=dict)
     after: dict[str, float] = field(default_factory=dict)
     cpu: list[float] = field(default_factory=list)  # server, machine, this process; at each edge
+    #: The run's own Kafka broker's CPU seconds at each edge (``--log kafka``).
+    broker: list[float] = field(default_factory=list)
     #: The server's (event loop thread, other threads) CPU seconds at each edge.
     threads: list[tuple[float, float]] = field(default_factory=list)
     #: The kernel's part of ``threads`` (system time), at each edge.
@@ -340,6 +346,9 @@ class Window:
         if self.server is not None:
             self.threads.append(self.server.thread_cpu_seconds())
             self.kernel.append(self.server.kernel_cpu_seconds())
+            if self.server.broker is not None:
+                with contextlib.suppress(psutil.Error):
+                    self.broker.append(float(sum(self.server.broker.cpu_times()[:2])))
 
     def open(self) -> None:
         self.started = time.monotonic()
@@ -370,15 +379,26 @@ class Window:
         n = max(requests, 1)
         return (loop1 - loop0) / n * 1e6, (other1 - other0) / n * 1e6
 
+    @property
+    def broker_cores(self) -> float | None:
+        """The run's own Kafka broker's cores in the window (None without one)."""
+        if len(self.broker) != 2:
+            return None
+        return (self.broker[1] - self.broker[0]) / self.seconds
+
     def other_cores(self, generator_cores: float) -> float:
-        """Cores busy with anything but the server, the generator and this coordinator."""
+        """Cores busy with anything but the server, the generator, the run's broker and this
+        coordinator."""
         machine = (self.cpu[4] - self.cpu[1]) / self.seconds
         coordinator = (self.cpu[5] - self.cpu[2]) / self.seconds
-        return max(0.0, machine - self.server_cores - generator_cores - coordinator)
+        broker = self.broker_cores or 0.0
+        return max(0.0, machine - self.server_cores - generator_cores - coordinator - broker)
 
     def cpu_note(self, result: PhaseResult) -> str:
         generator = result.generator_cpu_share()
         note = f"server {self.server_cores:.2f} cores, generator {generator:.2f} cores"
+        if self.broker_cores is not None:
+            note += f", the Kafka broker {self.broker_cores:.2f} cores"
         other = self.other_cores(generator)
         if other >= 0.15:
             note += f", OTHER LOAD on the machine {other:.2f} cores"
@@ -909,6 +929,7 @@ def kafka_modes(args: argparse.Namespace, ceiling: Figures) -> int:
                     args.exporters,
                     quotas=args.quotas,
                     kafka_log=broker.bootstrap if mode == "kafka" else None,
+                    broker_pid=broker.process.pid if mode == "kafka" and broker.process else None,
                 )
                 try:
                     server.start()

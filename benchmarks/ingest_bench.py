@@ -36,6 +36,21 @@ where their CPU went per data point: by stage, then by function.
 The server runs with ``max_file_age_s = 5``, the server's default
 (``--file-age``); earlier versions of this benchmark used 10.
 
+``--log kafka`` starts a real Kafka broker (``tests/kafka/kafka_dist.py``,
+cached jars, one KRaft node on loopback) and runs the same load against
+``[log] store = "kafka"``: pushes acknowledged after the cluster's
+``acks=all``, the landing a member of the pushes topic's consumer group. The
+log end is then the pushes the cluster acknowledged
+(``kip714_log_ack_seconds``' count) and the landed position the landing's
+``rows_landed`` over 60 rows a push (the host's lag there counts records
+taken, not landed). ``--log both`` runs the local log first, then starts the
+broker and runs Kafka, and ends with the Kafka log's acknowledged pushes/s as
+a share of the local log's, both landed rates and both p99s. The broker's JVM
+shares the machine's cores with the server and the load generator: its CPU
+in the window is printed beside theirs, and the producer's acknowledgement
+latency (``kip714_log_ack_seconds``: mean, p99 bucket) beside the clients'.
+``--check`` and ``--profile`` run with the local log only.
+
 Targets: ≥ 4,000 pushes/s (≈ 240,000 data points/s) landed with a
 bounded lag, landed ≥ 95 % of acknowledged in the window, p99 of
 acknowledgements under 50 ms, at least the single-process flatten limit,
@@ -48,6 +63,7 @@ runs on the machine are noisy, and the output says how busy the machine was.
     python3 benchmarks/ingest_bench.py --rate 8000 --duration 20   # the issue's target
     python3 benchmarks/ingest_bench.py --check         # 8,000/s for 20 s, against budget.json
     python3 benchmarks/ingest_bench.py --profile /tmp/landing-profile
+    python3 benchmarks/ingest_bench.py --log both --rate 2000   # local log, then the log in Kafka
 """
 
 from __future__ import annotations
@@ -112,6 +128,8 @@ BUDGET: Final = Path(__file__).resolve().parent / "budget.json"
 #: ``exporters.iceberg.rows.PROFILE_ENV`` (spelled out, so this benchmark also runs
 #: against a checkout whose lanes cannot profile themselves, for a baseline).
 PROFILE_ENV: Final = "KIP714_LANDING_PROFILE"
+#: The pushes topic of ``--log kafka`` (on a broker of the run's own, created at start).
+KAFKA_TOPIC: Final = "_kip714_bench"
 _SERVING: Final = re.compile(r"kip714 serving: kafka=(\S+):(\d+) .*?http=(\S+):(\d+)")
 
 
@@ -377,12 +395,18 @@ def check_budget(budget: dict[str, Any], cost: WorkerCost) -> int:
 # -- the server under test ----------------------------------------------------------------------
 
 
-def server_config(landing: Path, args: argparse.Namespace) -> str:
+def server_config(landing: Path, args: argparse.Namespace, kafka_log: str | None = None) -> str:
+    """``kafka_log``: the bootstrap servers of a ``[log] store = "kafka"`` (else the local log)."""
     options = [
         f"max_file_age_s = {args.file_age}",
         f"max_pending_rows = {args.max_rows}",
         f"workers = {args.workers}",
     ]
+    log = (
+        ['store = "kafka"', f'bootstrap_servers = "{kafka_log}"', f'topic = "{KAFKA_TOPIC}"']
+        if kafka_log is not None
+        else [f"max_bytes = {8 * 1024 * MIB}"]
+    )
     return "\n".join(
         [
             "[subscriptions.bench]",
@@ -391,7 +415,7 @@ def server_config(landing: Path, args: argparse.Namespace) -> str:
             "[telemetry]",
             "instance_cache_size = 16384",
             "[log]",
-            f"max_bytes = {8 * 1024 * MIB}",
+            *log,
             "[exporters.landing]",
             'type = "iceberg"',
             "[exporters.landing.options]",
@@ -416,18 +440,24 @@ def landed_files(landing: Path) -> tuple[int, int, int]:
 class Server:
     workdir: Path
     args: argparse.Namespace
+    #: The bootstrap servers of the pushes topic (``[log] store = "kafka"``); None: the local log.
+    kafka_log: str | None = None
+    #: The process id of the run's own broker (``--log kafka``), for its CPU in the window.
+    broker_pid: int | None = None
     proc: subprocess.Popen[str] | None = None
     http_port: int = 0
     kafka_port: int = 0
     tail: list[str] = field(default_factory=list)
     rss_server: int = 0
     rss_workers: int = 0
+    #: ``cluster_acks()`` once the landing drained (``--log kafka``).
+    acks: str = ""
     _lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
         config = self.workdir / "kip714.toml"
-        config.write_text(server_config(self.workdir / "landing", self.args))
+        config.write_text(server_config(self.workdir / "landing", self.args, self.kafka_log))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "telemetry", "serve", "--config", str(config),
              "--kafka-listen", f"{HOST}:0", "--http-listen", f"{HOST}:0",
@@ -477,11 +507,52 @@ class Server:
                 workers += times.user + times.system
         return float(own.user + own.system), workers
 
+    def broker_cpu_s(self) -> float:
+        """CPU seconds so far of the run's own Kafka broker (0 without one)."""
+        if self.broker_pid is None:
+            return 0.0
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(self.broker_pid).cpu_times()
+            return float(times.user + times.system)
+        return 0.0
+
     def landed(self) -> tuple[float, float]:
-        """(log end, landed position) of the landing, in pushes."""
+        """(log end, landed position) of the landing, in pushes.
+
+        The local log: its end offset, less the landing's lag (the host's lag is
+        from the landing's committed position). The log in Kafka: the host's
+        lag there counts records *taken* from the topic, not landed, so the end
+        is the pushes the cluster acknowledged (``kip714_log_ack_seconds``'
+        count) and the landed position the rows in committed snapshots
+        (``rows_landed``) over the 60 rows of each push; one node, one fresh
+        topic, so both start at 0.
+        """
         values = self.metrics()
+        if self.kafka_log is not None:
+            rows = values.get('kip714_exporter_stat{exporter="landing",stat="rows_landed"}', 0.0)
+            return values.get("kip714_log_ack_seconds_count", 0.0), rows / METRICS_PER_PUSH
         end = values.get("kip714_log_end_offset", 0.0)
         return end, end - values.get('kip714_exporter_lag_pushes{exporter="landing"}', 0.0)
+
+    def cluster_acks(self) -> str:
+        """The producer's acknowledgement latency so far (``--log kafka``): mean and p99 bucket.
+
+        From ``kip714_log_ack_seconds``: producing a push until the cluster's
+        ``acks=all``, without the wait in the server before it (the clients'
+        p99 has both).
+        """
+        values = self.metrics()
+        count = values.get("kip714_log_ack_seconds_count", 0.0)
+        if not count:
+            return "no acknowledgement counted"
+        mean = values.get("kip714_log_ack_seconds_sum", 0.0) / count
+        bounds = sorted(
+            (float(key.split('"')[1]), value)
+            for key, value in values.items()
+            if key.startswith("kip714_log_ack_seconds_bucket{")
+        )
+        p99 = next((bound for bound, seen in bounds if seen >= 0.99 * count), float("inf"))
+        return f"mean {mean * 1000:.1f} ms, p99 <= {p99 * 1000:g} ms (its bucket) over {count:,.0f}"
 
     def stop(self) -> int | None:
         self._stop.set()
@@ -507,10 +578,12 @@ class Sampler:
     _thread: threading.Thread | None = None
     busy: list[float] = field(default_factory=list)
     cpu: list[tuple[float, float]] = field(default_factory=list)
+    broker_cpu: list[float] = field(default_factory=list)
 
     def start(self) -> None:
         self.busy.append(_busy_cpu_s())
         self.cpu.append(self.server.cpu_s())
+        self.broker_cpu.append(self.server.broker_cpu_s())
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -527,6 +600,7 @@ class Sampler:
             self._thread.join(10)
         self.busy.append(_busy_cpu_s())
         self.cpu.append(self.server.cpu_s())
+        self.broker_cpu.append(self.server.broker_cpu_s())
         with contextlib.suppress(OSError):
             self.samples.append((time.monotonic(), *self.server.landed()))
 
@@ -576,7 +650,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " either is beyond its tolerance",
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--log",
+        choices=("local", "kafka", "both"),
+        default="local",
+        help='the ingest log: local; kafka ([log] store = "kafka" on a broker this run starts,'
+        " the landing a member of the pushes topic's consumer group); both: local, then kafka,"
+        " compared",
+    )
     args = parser.parse_args(argv)
+    if args.log != "local" and (args.check or args.profile):
+        parser.error("--check and --profile run with --log local only")
     if args.check:  # the budget's figure holds for its own load
         budget = landing_budget()
         args.rate, args.duration = float(budget["rate"]), float(budget["duration_s"])
@@ -672,6 +756,8 @@ def load_phase(
         cost.cpu = server.cpu_s()[1] - cost.started_cpu
         cost.stop_counting()
         cost.points = (landed - cost.started_landed) * METRICS_PER_PUSH
+        if server.kafka_log is not None:
+            server.acks = server.cluster_acks()
         code = server.stop()
     except Exception:
         print("kip714 serve's last lines:", *server.tail[-10:], sep="\n  ", file=sys.stderr)
@@ -681,32 +767,44 @@ def load_phase(
     return result, acked, drained_s, code
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    payloads = build_payloads(8)
-    print(
-        f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} before the run;"
-        f" payload {METRICS_PER_PUSH} metrics, {sum(map(len, payloads)) // len(payloads):,} B zstd;"
-        f" offered {args.rate:,.0f} pushes/s for {args.duration:g} s (+{args.warmup:g} s warm-up);"
-        f" landing workers {args.workers}; vectorised flattener: {fast.available()}",
-        flush=True,
-    )
-    distinct = distinct_payloads(1000)
-    reference, landing_path = flatten_limit(distinct, args.limit_seconds)
-    realistic_size = bytes_per_point(distinct)
-    decompressor = zstandard.ZstdDecompressor()
-    plain = [decompressor.decompress(p, max_output_size=1 << 24) for p in distinct]
-    lane_kafka, lane_sdk = lane_us_per_point(plain), lane_us_per_point([sdk_payload()])
-    print(
-        f"{'single-process flatten limit':<30}: reference (otlp_rows) {reference:,.0f} pushes/s"
-        f" = {reference * METRICS_PER_PUSH:,.0f} data points/s; landing path (to Arrow)"
-        f" {landing_path:,.0f} pushes/s = {landing_path * METRICS_PER_PUSH:,.0f} data points/s",
-        flush=True,
-    )
-    if args.profile:
-        enable_profile(Path(args.profile).resolve())
+@dataclass(slots=True)
+class SingleProcess:
+    """The figures measured in this process, once per run (both modes print them)."""
+
+    reference: float  # pushes/s, the reference flattener
+    landing_path: float  # pushes/s, the landing's flattener
+    realistic_size: float  # bytes per data point, 1,000 distinct pushes
+    lane_kafka: float  # µs per data point, librdkafka-sized pushes
+    lane_sdk: float  # µs per data point, SDK-sized pushes
+
+
+@dataclass(slots=True)
+class ModeFigures:
+    """What one server run (one ingest log) measured, for ``--log both``'s comparison."""
+
+    acked_rate: float
+    landed_rate: float
+    p99_s: float
+    all_landed: bool
+    cost: WorkerCost
+    code: int | None
+
+
+def run_server(
+    args: argparse.Namespace,
+    single: SingleProcess,
+    kafka_log: str | None = None,
+    broker_pid: int | None = None,
+) -> ModeFigures:
+    """One ``kip714 serve`` under the load, its landing drained; prints its figures.
+
+    ``kafka_log``: the bootstrap servers of the pushes topic (``[log] store =
+    "kafka"``); None: the local log.
+    """
+    reference, landing_path = single.reference, single.landing_path
+    realistic_size, lane_kafka, lane_sdk = single.realistic_size, single.lane_kafka, single.lane_sdk
     with workdir() as path:
-        server = Server(path, args)
+        server = Server(path, args, kafka_log, broker_pid)
         sampler = Sampler(server)
         cost = WorkerCost()
         result, acked, drained_s, code = load_phase(server, sampler, args, cost)
@@ -718,6 +816,8 @@ def main(argv: list[str] | None = None) -> int:
         machine = (sampler.busy[1] - sampler.busy[0]) / window if len(sampler.busy) == 2 else 0.0
         (server0, workers0), (server1, workers1) = sampler.cpu[0], sampler.cpu[-1]
         server_cores, worker_cores = (server1 - server0) / window, (workers1 - workers0) / window
+        broker_cores = (sampler.broker_cpu[-1] - sampler.broker_cpu[0]) / window
+        broker = f", the Kafka broker {broker_cores:.2f}" if broker_pid is not None else ""
         generation = args.max_rows * args.workers / METRICS_PER_PUSH
         bounded = max(lags) <= generation + 2 * args.rate and drained_s < 60
         files, rows, size = landed_files(path / "landing")
@@ -726,7 +826,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'acknowledged':<30}: {result.rate:,.0f} pushes/s, p50"
             f" {percentile(ordered, 0.5) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms,"
-            f" refused {result.refused}",
+            f" refused {result.refused}"
+            f"{f'; the cluster acknowledged the producer: {server.acks}' if server.acks else ''}",
             flush=True,
         )
         print(
@@ -740,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'peak RSS':<30}: server {server.rss_server / MIB:.0f} MiB, landing workers"
             f" {server.rss_workers / MIB:.0f} MiB; machine busy {machine:.2f} of"
             f" {os.cpu_count()} cores in the window (server {server_cores:.2f},"
-            f" landing workers {worker_cores:.2f})",
+            f" landing workers {worker_cores:.2f}{broker})",
             flush=True,
         )
         print(
@@ -802,15 +903,115 @@ def main(argv: list[str] | None = None) -> int:
                     "lane_us_per_point_librdkafka": round(lane_kafka, 3),
                     "lane_us_per_point_sdk": round(lane_sdk, 3),
                     "load_average": [round(x, 2) for x in os.getloadavg()],
+                    **(
+                        {"log": "kafka", "broker_cores": round(broker_cores, 2)}
+                        if kafka_log is not None
+                        else {}
+                    ),
                 }
             ),
             flush=True,
         )
         if args.profile:
             print_profile(Path(args.profile).resolve(), cost.points)
-    if args.check:
-        over_rss = check_idle_rss(args.idle_rss)
-        return max(over_rss, check_budget(landing_budget(), cost))
+        return ModeFigures(
+            acked_rate=result.rate,
+            landed_rate=landed_rate,
+            p99_s=p99,
+            all_landed=rows == acked * METRICS_PER_PUSH,
+            cost=cost,
+            code=code,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    payloads = build_payloads(8)
+    print(
+        f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} before the run;"
+        f" payload {METRICS_PER_PUSH} metrics, {sum(map(len, payloads)) // len(payloads):,} B zstd;"
+        f" offered {args.rate:,.0f} pushes/s for {args.duration:g} s (+{args.warmup:g} s warm-up);"
+        f" landing workers {args.workers}; vectorised flattener: {fast.available()}"
+        f"{'' if args.log == 'local' else f'; ingest log: {args.log}'}",
+        flush=True,
+    )
+    distinct = distinct_payloads(1000)
+    reference, landing_path = flatten_limit(distinct, args.limit_seconds)
+    realistic_size = bytes_per_point(distinct)
+    decompressor = zstandard.ZstdDecompressor()
+    plain = [decompressor.decompress(p, max_output_size=1 << 24) for p in distinct]
+    lane_kafka, lane_sdk = lane_us_per_point(plain), lane_us_per_point([sdk_payload()])
+    print(
+        f"{'single-process flatten limit':<30}: reference (otlp_rows) {reference:,.0f} pushes/s"
+        f" = {reference * METRICS_PER_PUSH:,.0f} data points/s; landing path (to Arrow)"
+        f" {landing_path:,.0f} pushes/s = {landing_path * METRICS_PER_PUSH:,.0f} data points/s",
+        flush=True,
+    )
+    single = SingleProcess(reference, landing_path, realistic_size, lane_kafka, lane_sdk)
+    if args.profile:
+        enable_profile(Path(args.profile).resolve())
+    if args.log == "local":
+        local = run_server(args, single)
+        if args.check:
+            over_rss = check_idle_rss(args.idle_rss)
+            return max(over_rss, check_budget(landing_budget(), local.cost))
+        return 0
+    return kafka_modes(args, single)
+
+
+def kafka_modes(args: argparse.Namespace, single: SingleProcess) -> int:
+    """``--log kafka``, or ``both``: the local log first, then the log in Kafka, compared.
+
+    The broker (``tests/kafka/kafka_dist.py``, cached jars, one KRaft node on
+    loopback) starts after the local run, so that run shares the machine with
+    no idle JVM; it shares the 2 cores with the server and the load generator
+    in the Kafka run.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/
+    from tests.kafka.kafka_dist import KafkaBroker, kafka_jars, plugin_jar  # noqa: PLC0415
+
+    results: dict[str, ModeFigures] = {}
+    if args.log == "both":
+        print("-- ingest log: local", flush=True)
+        results["local"] = run_server(args, single)
+    print("-- ingest log: kafka", flush=True)
+    with workdir() as path:
+        broker = KafkaBroker(path / "broker", kafka_jars(), plugin_jar(), {}).start()
+        try:
+            assert broker.process is not None
+            results["kafka"] = run_server(args, single, broker.bootstrap, broker.process.pid)
+        finally:
+            broker.stop()
+            broker.kill()
+    kafka = results["kafka"]
+    if "local" in results:
+        local = results["local"]
+        share = kafka.acked_rate / local.acked_rate if local.acked_rate else float("nan")
+        print(
+            f"{'kafka log / local log':<30}: {share:.0%} of the acknowledged pushes/s"
+            f" ({kafka.acked_rate:,.0f} against {local.acked_rate:,.0f}, {args.rate:,.0f} offered;"
+            f" target >= 50% [{_ok(share >= 0.5)}]); landed {kafka.landed_rate:,.0f} pushes/s"
+            f" (local {local.landed_rate:,.0f}); p99 {kafka.p99_s * 1000:.1f} ms"
+            f" (local {local.p99_s * 1000:.1f} ms); every acknowledged data point landed:"
+            f" kafka [{_ok(kafka.all_landed)}], local [{_ok(local.all_landed)}]",
+            flush=True,
+        )
+        print(
+            "json:",
+            json.dumps(
+                {
+                    mode: {
+                        "acked_rate": round(f.acked_rate),
+                        "landed_pushes_s": round(f.landed_rate),
+                        "p99_ms": round(f.p99_s * 1000, 2),
+                        "all_landed": f.all_landed,
+                        "landing_us_per_point": round(f.cost.us_per_point, 3),
+                    }
+                    for mode, f in results.items()
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 
