@@ -313,14 +313,21 @@ class KafkaExporterHost(ExporterHost):
             self._refresh_lags(consumer)
 
     def _refresh_lags(self, consumer: Consumer) -> None:
-        """Lag per assigned partition from the end as last fetched (cached: no request)."""
-        for partition, position in list(self.positions.items()):
+        """Lag per assigned partition from the end as last fetched (cached: no request).
+
+        A landing's lag is what its table does not hold yet (``durable_offsets``;
+        a partition it holds none of counts from its first offset), not what
+        was taken: the open generation is not durable, as with the local log.
+        """
+        durable = dict(self._landing.durable_offsets()) if self._landing is not None else None
+        for partition, taken in list(self.positions.items()):
             try:
-                _, high = consumer.get_watermark_offsets(
+                low, high = consumer.get_watermark_offsets(
                     TopicPartition(self.topic, partition), cached=True
                 )
             except KafkaException:
                 continue
+            position = taken if durable is None else durable.get(partition, max(0, int(low)))
             if high >= 0:
                 self.lags[partition] = max(0, int(high) - position)
 

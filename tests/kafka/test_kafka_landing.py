@@ -46,7 +46,7 @@ metrics = ["org.apache.kafka.producer."]
 catalog = {{ type = "sql", uri = "sqlite:///{lake}/catalog.db" }}
 warehouse = "{lake}/warehouse"
 [exporters.landing.options]
-max_file_age_s = 1.0
+max_file_age_s = {age}
 commit_interval_s = {interval}
 workers = 1
 [log]
@@ -57,9 +57,13 @@ startup_timeout_s = 30
 """
 
 
-def node(root: Path, name: str, broker: KafkaBroker, topic: str) -> ServeProcess:
+def node(root: Path, name: str, broker: KafkaBroker, topic: str, age: float = 1.0) -> ServeProcess:
     config = NODE_CONFIG.format(
-        lake=root / "lake", bootstrap=broker.bootstrap, topic=topic, interval=COMMIT_INTERVAL_S
+        lake=root / "lake",
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        interval=COMMIT_INTERVAL_S,
+        age=age,
     )
     return ServeProcess(root / name, config)
 
@@ -281,3 +285,24 @@ def test_the_committers_node_killed_under_load_another_commits_within_30_s(
     assert took < 30.0
     assert_each_once(tmp_path, acknowledged)
     assert_one_committer(tmp_path, time.monotonic() - started)
+
+
+def test_the_landings_lag_counts_what_its_table_does_not_hold_yet(
+    tmp_path: Path, broker: KafkaBroker
+) -> None:
+    """Taken into an open generation is not landed: the lag stays until the table holds it."""
+    process = node(tmp_path, "a", broker, "landing-lag", age=600.0).start()
+    try:
+        answers = [asyncio.run(push_as(process, f"lag-{n}")) for n in range(5)]
+        assert [a.error_code for a in answers] == [ErrorCode.NONE] * 5
+        wait_for(
+            lambda: metric(process, "kip714_log_ack_seconds_count") >= 5,
+            SOON_S,
+            "the cluster acknowledged the pushes",
+        )
+        time.sleep(3.0)  # long enough for the landing to take them (its generation stays open)
+        assert metric(process, 'kip714_exporter_lag_pushes{exporter="landing"}') == 5
+        assert not landed(tmp_path)
+    finally:
+        assert process.stop() == 0  # the stop publishes and commits the open generation
+    assert len(landed(tmp_path)) == 5
