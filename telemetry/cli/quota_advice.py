@@ -171,6 +171,8 @@ def _push_demand(demand: Demand, push_rows: Iterable[dict[str, Any]]) -> None:
     seen: set[tuple[str, dt.datetime]] = set()
     events: dict[Entity, list[DemandEvent]] = defaultdict(list)
     for row in push_rows:
+        if row.get("received_time") is None or all(row.get(c) is None for c in KIP714_QUOTAS):
+            continue  # rows landed before the sizes were (an earlier version's)
         push = (str(row.get("client_instance_id")), row["received_time"])
         if push in seen:  # another row of a push already counted
             continue

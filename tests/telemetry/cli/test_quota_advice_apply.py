@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.types import LongType
 
 from exporters.iceberg.lake import open_catalog, open_table
 from exporters.iceberg.schema import METRICS_TABLE, lake_metrics_schema
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 T0 = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.UTC)
 CONFIG = '[admin]\ntoken = "s3cret"\n'
-PUSH_COLUMNS = ("push_bytes", "push_decoded_bytes")
 
 
 def _lake_with_push_sizes(data: Path) -> None:
@@ -34,10 +32,7 @@ def _lake_with_push_sizes(data: Path) -> None:
     3,000 and 600 B/s as received. Every push is two rows that repeat its sizes."""
     location = lake_location({}, data)
     table = open_table(open_catalog(location), location.namespace, METRICS_TABLE)
-    with table.update_schema() as update:
-        for name in PUSH_COLUMNS:
-            update.add_column(name, LongType())
-    schema = pa.schema([*lake_metrics_schema(), *(pa.field(n, pa.int64()) for n in PUSH_COLUMNS)])
+    schema = lake_metrics_schema()  # with push_bytes and push_decoded_bytes
     rows: list[dict[str, Any]] = []
     for second in range(0, 600, 10):
         at = T0 + dt.timedelta(seconds=second)
