@@ -89,7 +89,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/
 
-from _loadgen import METRICS_PER_PUSH, LoadSpec, PhaseResult, run_load, scrape_metrics
+from _loadgen import METRICS_PER_PUSH, LoadSpec, PhaseResult, percentile, run_load, scrape_metrics
 
 from tests.kafka.kafka_dist import KafkaBroker, kafka_jars
 from tests.postgres.server import postgres
@@ -241,12 +241,20 @@ class Node:
 
 @contextlib.contextmanager
 def fleet(nodes: list[Node]) -> Iterator[list[Node]]:
-    """Start every node at once; stop them all (SIGTERM, then SIGKILL past ``NODE_STOP_S``)."""
+    """Start the first node, then the others at once; stop them all (SIGTERM, then SIGKILL).
+
+    The first node creates the table before it serves; the others start once it does, as two
+    nodes creating one table at the same moment can fail (the loser exits 2 with pyiceberg's
+    ``CommitFailedException: Table already exists``: ``exporters/iceberg/lake.py``
+    ``open_table`` catches only ``TableAlreadyExistsError``).
+    """
     try:
-        for node in nodes:
-            node.start()
         deadline = time.monotonic() + NODE_START_S
-        for node in nodes:
+        nodes[0].start()
+        nodes[0].wait_serving(deadline)
+        for node in nodes[1:]:
+            node.start()
+        for node in nodes[1:]:
             node.wait_serving(deadline)
         yield nodes
     finally:
@@ -270,7 +278,7 @@ class Lake:
     @contextlib.contextmanager
     def catalog(self) -> Iterator[SqlCatalog]:
         """The catalog, its connections closed afterwards (each load opens a pool)."""
-        catalog = load_catalog("fleet-bench", type="sql", uri=self.uri, warehouse=self.warehouse)
+        catalog = load_catalog("kip714", type="sql", uri=self.uri, warehouse=self.warehouse)
         assert isinstance(catalog, SqlCatalog)
         try:
             yield catalog
@@ -458,6 +466,8 @@ class Point:
     acked_total: int = 0
     refused: int = 0
     unanswered: int = 0
+    ack_p50_s: float = float("nan")
+    ack_p99_s: float = float("nan")
     drained_s: float = float("nan")
     table: TableFigures = field(default_factory=TableFigures)
     latency: CommitLatency = field(default_factory=CommitLatency)
@@ -580,6 +590,8 @@ def run_point(run: Run, mode: str, count: int) -> Point:
         point.acked_total = sum(w.acked_total for w in result.workers)
         point.refused = sum(w.refused_total for w in result.workers)
         point.unanswered = sum(w.unanswered for w in result.workers)
+        ordered = result.latencies()
+        point.ack_p50_s, point.ack_p99_s = percentile(ordered, 0.5), percentile(ordered, 0.99)
         point.load_average = load_average()
         point.latency = commit_latency(scrapes[0], scrapes[1], mode == "committer")
         point.drained_s = drain(run, namespace, point.acked_total * METRICS_PER_PUSH)
@@ -613,7 +625,8 @@ def describe(point: Point) -> str:
     conflicts = "" if point.mode == "committer" else f", {lat.conflicts:.0f} conflicts"
     return (
         f"{point.mode:<9} N={point.nodes}: {point.acked_rate:,.0f} acked pushes/s"
-        f" ({point.refused} refused, {point.unanswered} unanswered);"
+        f" (ack p50 {_s(point.ack_p50_s)} p99 {_s(point.ack_p99_s)}, {point.refused} refused,"
+        f" {point.unanswered} unanswered);"
         f" landed {t.pushes:,} pushes / {t.rows:,} rows for {point.acked_total:,} acked [{landed}]"
         f" (drained in {_s(point.drained_s)});"
         f" {point.commits_per_s:.3f} commits/s ({t.in_window} in {point.window_s:.0f} s);"
@@ -682,7 +695,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--modes", choices=(*MODES, "both"), default="both")
     parser.add_argument(
-        "--instances", type=int, default=800, help="client instances (each pushes every 100 ms)"
+        "--instances",
+        type=int,
+        default=6_000,
+        help="client instances (each pushes at most every 100 ms, once its last push is"
+        " answered: enough that the offered rate holds with seconds of acknowledgement latency)",
     )
     parser.add_argument("--connections-per-node", type=int, default=16)
     parser.add_argument(
