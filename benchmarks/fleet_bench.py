@@ -311,6 +311,12 @@ class TableFigures:
     metadata_files: int = 0
     metadata_bytes_last: int = 0
     metadata_bytes_per_snapshot: float = float("nan")
+    #: The newest snapshot's ``kip714.kafka.offsets`` (every partition's next offset): bytes, and
+    #: partitions; its manifest list: bytes, and manifests (one per fast append).
+    offsets_bytes: int = 0
+    offsets_partitions: int = 0
+    manifest_list_bytes: int = 0
+    manifests: int = 0
 
 
 def read_table(lake: Lake, namespace: str, window: tuple[float, float]) -> TableFigures:
@@ -332,6 +338,7 @@ def read_table(lake: Lake, namespace: str, window: tuple[float, float]) -> Table
         added_at = {s.snapshot_id: s.timestamp_ms for s in snapshots}
         entries = table.inspect.entries().select(["status", "snapshot_id", "data_file"])
         _metadata_growth(table, figures)
+        _newest_snapshot(table, figures)
     keys: list[pa.Array] = []
     lags: list[pa.Array] = []
     window_us = (int(window[0] * 1e6), int(window[1] * 1e6))
@@ -367,6 +374,22 @@ def read_table(lake: Lake, namespace: str, window: tuple[float, float]) -> Table
         figures.lag_p50_s, figures.lag_p99_s = float(p50), float(p99)
         figures.lag_max_s = float(pc.max(merged).as_py())
     return figures
+
+
+def _newest_snapshot(table: Table, figures: TableFigures) -> None:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return
+    if snapshot.summary is not None:
+        offsets = snapshot.summary.additional_properties.get("kip714.kafka.offsets", "")
+        figures.offsets_bytes = len(offsets.encode())
+        with contextlib.suppress(ValueError, TypeError):
+            figures.offsets_partitions = len(json.loads(offsets))
+    with contextlib.suppress(OSError):
+        figures.manifest_list_bytes = (
+            Path(snapshot.manifest_list.removeprefix("file://")).stat().st_size
+        )
+    figures.manifests = len(snapshot.manifests(table.io))
 
 
 def _metadata_growth(table: Table, figures: TableFigures) -> None:
@@ -469,6 +492,7 @@ class Point:
     ack_p50_s: float = float("nan")
     ack_p99_s: float = float("nan")
     drained_s: float = float("nan")
+    topic_bytes: int = 0
     table: TableFigures = field(default_factory=TableFigures)
     latency: CommitLatency = field(default_factory=CommitLatency)
     load_average: str = ""
@@ -494,6 +518,7 @@ class Point:
 class Run:
     root: Path
     lake: Lake
+    broker_data: Path  # the broker's log.dirs: the pushes topic's bytes on disk
     bootstrap: str
     args: argparse.Namespace
 
@@ -605,6 +630,9 @@ def run_point(run: Run, mode: str, count: int) -> Point:
                 for line in node.log_tail[-3:] if node.warnings else []:
                     point.notes.append(f"  {node.name}: {line[:300]}")
     point.table = read_table(run.lake, namespace, (edges[0], edges[1]))
+    point.topic_bytes = sum(
+        f.stat().st_size for f in run.broker_data.glob(f"_bench_{namespace}-*/*.log")
+    )
     return point
 
 
@@ -633,7 +661,10 @@ def describe(point: Point) -> str:
         f" commit p99 {_s(lat.p99_s)} mean {_s(lat.mean_s)} ({lat.count:.0f} commits{conflicts});"
         f" lag p99 {_s(t.lag_p99_s)} p50 {_s(t.lag_p50_s)} max {_s(t.lag_max_s)};"
         f" metadata.json {t.metadata_bytes_per_snapshot:,.0f} B/snapshot"
-        f" ({t.metadata_bytes_last:,} B at {t.snapshots} snapshots);"
+        f" ({t.metadata_bytes_last:,} B at {t.snapshots} snapshots; kip714.kafka.offsets"
+        f" {t.offsets_bytes:,} B for {t.offsets_partitions} partitions; manifest list"
+        f" {t.manifest_list_bytes:,} B for {t.manifests} manifests);"
+        f" topic {point.topic_bytes / max(point.acked_total, 1):,.0f} B/push;"
         f" load average {point.load_average}"
     )
 
@@ -654,6 +685,29 @@ def table(points: list[Point]) -> str:
             f" {p.load_average.split()[0] if p.load_average else ''} |"
         )
     return "\n".join(lines)
+
+
+def per_node_outlook(points: list[Point]) -> list[str]:
+    """Per-node mode: commits offered against taken, and where one table stops keeping up.
+
+    N nodes offer N / ``max_file_age_s`` commits/s; one table serialises its commits on one
+    metadata pointer, so it takes at most about 1 / (one commit's time) of them. Extrapolated
+    from the mean commit time measured at each N (uncontended at N = 1; with the conflicts'
+    retries in it beyond): the node count where N / ``max_file_age_s`` reaches that budget.
+    """
+    lines = []
+    for p in (p for p in points if p.mode == "per-node"):
+        offered = p.nodes / FILE_AGE_S
+        knee = FILE_AGE_S / p.latency.mean_s if p.latency.mean_s > 0 else float("nan")
+        lines.append(
+            f"per-node N={p.nodes}: {offered:.2f} commits/s offered, the table took"
+            f" {p.commits_per_s:.2f}/s ({p.latency.conflicts:.0f} conflicts); mean commit"
+            f" {_s(p.latency.mean_s)}: one table at most ~{1 / p.latency.mean_s:.1f} commits/s,"
+            f" so per-node commits stop keeping up at about N = {knee:.0f} (extrapolated)"
+            if p.latency.mean_s > 0
+            else f"per-node N={p.nodes}: no commit measured"
+        )
+    return lines
 
 
 def targets(points: list[Point], quick: bool) -> tuple[str, bool]:
@@ -770,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
     with workdir() as root, postgres() as catalog_server, broker(root) as kafka:
         warehouse = root / "warehouse"
         warehouse.mkdir()
-        run = Run(root, Lake(catalog_server.url(), warehouse.as_uri()), kafka.bootstrap, args)
+        lake = Lake(catalog_server.url(), warehouse.as_uri())
+        run = Run(root, lake, root / "broker" / "data", kafka.bootstrap, args)
         print(
             f"broker and PostgreSQL up in {time.monotonic() - began:.0f} s"
             f" (load average {load_average()})",
@@ -784,6 +839,8 @@ def main(argv: list[str] | None = None) -> int:
                 for note in point.notes:
                     print(f"    {note}", flush=True)
     print(table(points), flush=True)
+    for outlook in per_node_outlook(points):
+        print(outlook, flush=True)
     line, ok = targets(points, args.quick)
     print(f"wall time {(time.monotonic() - began) / 60:.1f} min", flush=True)
     print(line, flush=True)
