@@ -491,6 +491,8 @@ class Point:
     unanswered: int = 0
     ack_p50_s: float = float("nan")
     ack_p99_s: float = float("nan")
+    generator_cores: float = 0.0
+    backlog_max: int = 0  # pushes the generator was behind its schedule, at most
     drained_s: float = float("nan")
     topic_bytes: int = 0
     table: TableFigures = field(default_factory=TableFigures)
@@ -616,6 +618,8 @@ def run_point(run: Run, mode: str, count: int) -> Point:
         point.refused = sum(w.refused_total for w in result.workers)
         point.unanswered = sum(w.unanswered for w in result.workers)
         ordered = result.latencies()
+        point.generator_cores = result.generator_cpu_share()
+        point.backlog_max = max((w.backlog_max for w in result.workers), default=0)
         point.ack_p50_s, point.ack_p99_s = percentile(ordered, 0.5), percentile(ordered, 0.99)
         point.load_average = load_average()
         point.latency = commit_latency(scrapes[0], scrapes[1], mode == "committer")
@@ -654,7 +658,8 @@ def describe(point: Point) -> str:
     return (
         f"{point.mode:<9} N={point.nodes}: {point.acked_rate:,.0f} acked pushes/s"
         f" (ack p50 {_s(point.ack_p50_s)} p99 {_s(point.ack_p99_s)}, {point.refused} refused,"
-        f" {point.unanswered} unanswered);"
+        f" {point.unanswered} unanswered; generator {point.generator_cores:.2f} cores,"
+        f" {point.backlog_max:,} behind schedule at most);"
         f" landed {t.pushes:,} pushes / {t.rows:,} rows for {point.acked_total:,} acked [{landed}]"
         f" (drained in {_s(point.drained_s)});"
         f" {point.commits_per_s:.3f} commits/s ({t.in_window} in {point.window_s:.0f} s);"
