@@ -838,7 +838,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for count in args.nodes:
             for mode in args.modes:
-                point = run_point(run, mode, count)
+                try:
+                    point = run_point(run, mode, count)
+                except Exception as error:  # the point failed: say so, judge it missed, go on
+                    point = Point(mode, count, load_average=load_average())
+                    point.notes.append(f"FAILED: {type(error).__name__}: {error}")
                 points.append(point)
                 print(describe(point), flush=True)
                 for note in point.notes:
