@@ -47,7 +47,7 @@ figures beside it are not judged): table commits/s <= 1 per
 Everything runs on this machine's cores, load generator, broker, catalog
 and nodes together; each point prints the load average.
 
-    python3 benchmarks/fleet_bench.py           # N = 1, 2, 4, 8, both modes; about 15 minutes
+    python3 benchmarks/fleet_bench.py           # N = 1, 2, 4, 8, both modes; about 11 minutes
     python3 benchmarks/fleet_bench.py --quick   # N = 1, 2, short windows, for development
     python3 benchmarks/fleet_bench.py --nodes 4 --modes committer --duration 60
 
