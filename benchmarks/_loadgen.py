@@ -223,6 +223,9 @@ class LoadSpec:
     payload_variants: int = 8
     seed: int = 0
     client_id: str = CLIENT_ID  # the request header's client id: what client quotas key on
+    #: Several servers (a fleet): connection ``i`` goes to ``ports[i % len(ports)]``, so
+    #: instances, and in open mode the offered pushes, spread evenly over them; empty: ``port``.
+    ports: tuple[int, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -477,10 +480,10 @@ class _Worker:
             for i in range(spec.connections)
         ]
 
-        async def open_one(count: int) -> None:
+        async def open_one(count: int, port: int) -> None:
             async with gate:
                 _, conn = await self.loop.create_connection(
-                    lambda: _Connection(self), spec.host, spec.port
+                    lambda: _Connection(self), spec.host, port
                 )
                 self.connections.append(conn)
                 await conn.call(
@@ -494,7 +497,12 @@ class _Worker:
                     await self.new_instance(conn)
 
         async with asyncio.timeout(spec.setup_timeout_s):
-            await asyncio.gather(*(open_one(n) for n in per_connection))
+            await asyncio.gather(
+                *(
+                    open_one(n, spec.ports[i % len(spec.ports)] if spec.ports else spec.port)
+                    for i, n in enumerate(per_connection)
+                )
+            )
         self.result.connections = len(self.connections)
         self.result.instances = len(self.instances)
 
