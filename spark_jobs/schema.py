@@ -9,7 +9,10 @@ Iceberg types, not Parquet's: times are ``timestamptz`` (µs) and read as
 ``TimestampType``; the counts the OTLP payload carries as unsigned 64-bit
 (``count``, ``bucket_counts``, ...) are ``long``; ``node_id`` is the broker a
 per-broker metric describes, already decoded from the attributes by the
-landing, and ``ingest_node`` the kip714 node that landed the row.
+landing, ``ingest_node`` the kip714 node that landed the row,
+``log_partition`` the pushes topic's partition (null for a local log), and
+``push_bytes`` / ``push_decoded_bytes`` the push's size as sent and
+decompressed (null in rows an earlier version landed).
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ _FIELDS: tuple[tuple[str, DataType], ...] = (
     ("push_offset", LongType()),
     ("node_id", StringType()),
     ("ingest_node", StringType()),
+    ("log_partition", IntegerType()),
+    ("push_bytes", LongType()),
+    ("push_decoded_bytes", LongType()),
 )
 
 LANDING_SCHEMA = StructType([StructField(name, kind, nullable=True) for name, kind in _FIELDS])

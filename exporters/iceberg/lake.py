@@ -129,7 +129,10 @@ def open_table(catalog: Catalog, namespace: str, name: str) -> Table:
     except NoSuchTableError:
         try:
             return _create(catalog, identifier, schema, properties)
-        except TableAlreadyExistsError:
+        except (TableAlreadyExistsError, CommitFailedException):
+            # Another node created it meanwhile: pyiceberg's SQL catalog says so with
+            # either, depending on where the race was lost. (A commit that failed for
+            # another reason leaves no table: loading it raises NoSuchTableError.)
             table = catalog.load_table(identifier)
     return _with_properties(_evolve(table, schema), properties)
 

@@ -58,6 +58,7 @@ from quotas import (
 from quotas.entity import quota_limit, quota_metric_tags
 from report.cli import iso_time
 from telemetry.cli.common import HelpFormatter, add_location, location_of
+from telemetry.cli.quota_apply import entity_args, set_push_quotas
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -445,7 +446,9 @@ def main(argv: Sequence[str]) -> int:
     demand = demand_of(rates, clients, args.window_s * _SECOND_MS, pushes or [])
     advice, arithmetic = advise(demand, args.headroom, args.budget)
     _print(advice, arithmetic, demand, args)
-    return _set_kip714_quotas(advice, args)
+    changes = _kip714_changes(advice, args.level)
+    token = args.token or os.environ.get(TOKEN_ENVIRONMENT)
+    return set_push_quotas(changes, args.http, token, apply=args.apply, level=args.level)
 
 
 _RATE_COLUMNS_ALL: Final = (
@@ -469,7 +472,6 @@ _PUSH_COLUMNS: Final = (
     "client_instance_id",
     *KIP714_QUOTAS,
 )
-_DRY_RUN_URL: Final = "http://127.0.0.1:8714"
 
 
 def _print(
@@ -524,23 +526,12 @@ def _print(
         if kind in _KAFKA:
             print(
                 f"kafka-configs.sh --bootstrap-server {args.bootstrap_server} --alter "
-                f"--add-config {kind}={round(item.proposal)} {_entity_args(user, client)}"
+                f"--add-config {kind}={round(item.proposal)} {entity_args(user, client)}"
             )
 
 
 def _part(name: str | None) -> str:
     return "-" if name is None else name
-
-
-def _entity_args(user: str | None, client: str | None) -> str:
-    """kafka-configs.sh's (and kip714 quotas') entity arguments."""
-    parts = []
-    for entity_type, name in (("users", user), ("clients", client)):
-        if name == DEFAULT:
-            parts.append(f"--entity-type {entity_type} --entity-default")
-        elif name is not None:
-            parts.append(f"--entity-type {entity_type} --entity-name {name}")
-    return " ".join(parts)
 
 
 def _kip714_changes(
@@ -553,57 +544,6 @@ def _kip714_changes(
         if kind in KIP714_QUOTAS.values() and item.precedence == level:
             changes.setdefault((user, client), {})[kind] = float(max(1, round(item.proposal)))
     return changes
-
-
-def _set_kip714_quotas(advice: list[EntityAdvice], args: argparse.Namespace) -> int:
-    """Print (dry run) or set through the admin API, then read back, ``--level``'s proposals."""
-    changes = _kip714_changes(advice, args.level)
-    if not changes:
-        if args.apply:
-            print(f"kip714 quotas advise: no push quota proposal at --level {args.level} to set")
-        return 0
-    url = args.http or _DRY_RUN_URL
-    if not args.apply:
-        print(f"dry run (--apply sets these at {url}):")
-        for (user, client), values in changes.items():
-            shown = ",".join(f"{k}={round(v)}" for k, v in values.items())
-            print(
-                f"kip714 quotas --http {url} --alter {_entity_args(user, client)} "
-                f"--add-config {shown}"
-            )
-        return 0
-    from telemetry.admin.admin_client import (  # noqa: PLC0415 - only --apply talks to a server
-        AdminRefusedError,
-        AdminUnreachableError,
-        HttpAdminClient,
-    )
-
-    client_of = HttpAdminClient(url, args.token or os.environ.get(TOKEN_ENVIRONMENT))
-    for (user, client), values in changes.items():
-        entity = {
-            kind: name for kind, name in (("user", user), ("client-id", client)) if name is not None
-        }
-        named = ", ".join(f"{k}={v}" for k, v in entity.items())
-        try:
-            client_of.alter_quotas(entity, values, (), validate_only=False)
-            found = [q for q in client_of.describe_quotas(entity) if q["entity"] == entity]
-        except AdminRefusedError as refusal:
-            print(f"kip714 quotas advise: {url} refused {named}: {refusal}", file=sys.stderr)
-            return 1
-        except AdminUnreachableError as error:
-            print(f"kip714 quotas advise: {error}", file=sys.stderr)
-            return 2
-        dynamic = found[0]["dynamic"] if found else {}
-        wrong = {k: v for k, v in values.items() if dynamic.get(k) != v}
-        if wrong:
-            print(
-                f"kip714 quotas advise: {named}: read back {dynamic}, not {values}",
-                file=sys.stderr,
-            )
-            return 1
-        shown = ", ".join(f"{k}={round(v)}" for k, v in values.items())
-        print(f"set {named}: {shown} (read back)")
-    return 0
 
 
 def _rate(value: float) -> str:

@@ -65,7 +65,6 @@ from telemetry.server.startup import (
     describe_subscriptions,
     first_missing,
     refuse_a_moved_data_dir,
-    start_hint,
     tls_context,
     unusable_data_dir,
     warn_about_exposure,
@@ -189,23 +188,10 @@ class Server:
             raise StartupError(unusable_data_dir(settings.data_dir, error)) from error
         await self._open_admin_plane()
         push_log = await self._open_log()
-        for exporter_settings, exporter in exporters:
-            host = log_choice.exporter_host(exporter_settings, exporter, self.log, settings.log)
-            self.hosts.append(host)
-            fleet = log_choice.fleet_commits(exporter, settings.log)
-            try:
-                if fleet is not None:
-                    await fleet.prepare()  # the landing publishes file sets from its start
-                await host.start()
-                if fleet is not None:
-                    self.fleets.append(fleet)
-                    fleet.start()
-            except Exception as error:  # a plugin's own failure, reported as one line
-                _log.debug("exporter %s failed to start", host.name, exc_info=True)
-                hint = start_hint(exporter_settings)
-                raise StartupError(
-                    f"exporters.{host.name} could not start: {error}{hint}"
-                ) from error
+        for entry, exporter in exporters:
+            await log_choice.start_exporter(
+                entry, exporter, self.log, settings.log, self.hosts, self.fleets
+            )
         await self._unregister_removed_exporters()
         if settings.rollups_retention_hours is not None:
             self.rollup_retention = rollup_retention(

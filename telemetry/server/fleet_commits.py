@@ -310,9 +310,9 @@ class FleetCommits:
         """Add the accepted sets in one snapshot; a zombie (fenced) reads the table again."""
         batch = self._batch
         assert batch is not None
-        self._due = self._clock() + self.interval_s
         if not batch.accepted:
-            return
+            return  # still due: a set that arrives now is committed at once, not an interval on
+        self._due = self._clock() + self.interval_s
         started = self._clock()
         control = ControlRange(self._topic_id, self._control_start, self._control_end)
         outcome = await self.exporter.commit_fleet(list(batch.accepted), control)

@@ -9,6 +9,7 @@ the cluster.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from exporters.api import BufferingExporter, PartitionedExporter
 from telemetry.ingest import IngestLog
 from telemetry.ingest.inspection import inspect_log
 from telemetry.server.exporter_host import ExporterHost
-from telemetry.server.startup import StartupError
+from telemetry.server.startup import StartupError, start_hint
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,7 +39,10 @@ __all__ = [
     "log_location",
     "open_kafka_log",
     "open_local_log",
+    "start_exporter",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 async def open_local_log(settings: Settings) -> IngestLog:
@@ -97,6 +101,37 @@ def exporter_host(
             f"set [exporters.{settings.name}] enabled = false"
         )
     return KafkaExporterHost(settings, exporter, config)
+
+
+async def start_exporter(
+    settings: ExporterSettings,
+    exporter: Exporter,
+    log: IngestLog | None,
+    config: LogConfig,
+    hosts: list[ExporterHost],
+    fleets: list[FleetCommits],
+) -> None:
+    """Start ``exporter``'s host (added to ``hosts``) and, for a landing fed from the topic,
+    its part in the fleet's commits (added to ``fleets``).
+
+    Raises:
+        StartupError: It could not start: one line, with a hint.
+    """
+    host = exporter_host(settings, exporter, log, config)
+    hosts.append(host)
+    fleet = fleet_commits(exporter, config)
+    try:
+        if fleet is not None:
+            await fleet.prepare()  # the landing publishes file sets from its start
+        await host.start()
+        if fleet is not None:
+            fleets.append(fleet)
+            fleet.start()
+    except Exception as error:  # a plugin's own failure, reported as one line
+        _log.debug("exporter %s failed to start", host.name, exc_info=True)
+        raise StartupError(
+            f"exporters.{host.name} could not start: {error}{start_hint(settings)}"
+        ) from error
 
 
 def log_location(settings: Settings, kafka_log: KafkaPushLog | None) -> str:

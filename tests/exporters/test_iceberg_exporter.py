@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from exporters.iceberg.lake import METRICS_PROPERTIES, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane
 from exporters.iceberg.rows import write_data_file
 from exporters.iceberg.schema import INT64_MAX, METRICS_STATISTICS, lake_metrics_schema
+from exporters.iceberg.settings import LakeLocation, lake_location
 from exporters.otlp_rows import COLUMNS
 from tests.exporters.old_parquet import publish_old
 from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
@@ -381,3 +383,31 @@ def test_the_server_runs_maintenance_on_its_schedule(tmp_path: Path) -> None:
     assert len(list(table.scan().plan_files())) == len(set(rows.column("metric_type").to_pylist()))
     assert sorted(set(rows.column("push_offset").to_pylist())) == [0, 1, 2]
     assert IcebergExporter({"path": str(tmp_path)}).maintenance_stats is None  # none configured
+
+
+def test_nodes_opening_a_fresh_catalog_at_once_all_get_the_table(tmp_path: Path) -> None:
+    # Six nodes starting together on a fresh catalog: the ones that lose the race to create
+    # the table load it (pyiceberg's SQL catalog says "already exists" in two ways).
+    failures: list[str] = []
+    for round_ in range(3):
+        location = lake_location({}, tmp_path / f"round-{round_}")
+        open_catalog(location)
+        together = threading.Barrier(6)
+
+        def start_node(
+            where: LakeLocation = location, barrier: threading.Barrier = together
+        ) -> None:
+            catalog = open_catalog(where)
+            barrier.wait(30)
+            try:
+                open_table(catalog, where.namespace, "metrics")
+            except Exception as error:
+                failures.append(repr(error))
+
+        nodes = [threading.Thread(target=start_node) for _ in range(6)]
+        for thread in nodes:
+            thread.start()
+        for thread in nodes:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in nodes)
+    assert failures == []

@@ -48,7 +48,10 @@ def spark_type_for(arrow: pa.DataType) -> DataType:
 
 def test_fields_agree_one_by_one() -> None:
     arrow = landing_arrow_schema()
-    assert arrow.names == [*arrow_schema().names, "node_id", "ingest_node"]
+    assert arrow.names == [
+        *arrow_schema().names,
+        *("node_id", "ingest_node", "log_partition", "push_bytes", "push_decoded_bytes"),
+    ]
     assert [f.name for f in LANDING_SCHEMA.fields] == arrow.names
     for spark_field, arrow_field in zip(LANDING_SCHEMA.fields, arrow, strict=True):
         expected = spark_type_for(arrow_field.type)
