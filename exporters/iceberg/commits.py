@@ -44,7 +44,7 @@ from pyiceberg.exceptions import CommitFailedException
 from exporters.iceberg.fleet import advance
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
@@ -140,29 +140,7 @@ def commit_files(
     Raises:
         CommitFailedException: Still losing after ``COMMIT_ATTEMPTS`` attempts.
     """
-    node, end = properties[NODE_ID], int(properties[OFFSET_END])
-    log_id = properties.get(LOG_ID)
-    commit_id = uuid.uuid4().hex
-    props = {**properties, COMMIT_ID: commit_id}
-    for attempt in range(COMMIT_ATTEMPTS):
-        try:
-            table.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-            return table
-        except CommitFailedException:
-            if on_conflict is not None:
-                on_conflict.append(1)
-            if attempt + 1 == COMMIT_ATTEMPTS:
-                raise
-            low, high = _BACKOFF_S
-            time.sleep(
-                random.uniform(low, min(high, low * 2**attempt))
-            )  # jitter spreads nodes apart
-            table = table.refresh()
-            done = committed_position(table, node)
-            if done is not None and done.log_id == log_id and done.offset_end >= end:
-                _log.warning("commit %s was applied although it reported a conflict", commit_id)
-                return table
-    raise AssertionError("unreachable")
+    return _add_retrying(table, lambda _table: (files, properties), on_conflict)
 
 
 class FencedError(Exception):
@@ -213,8 +191,8 @@ def commit_topic_files(
         CommitFailedException: Still losing races after ``COMMIT_ATTEMPTS`` attempts.
     """
     topic_id = properties[TOPIC_ID]
-    commit_id = uuid.uuid4().hex
-    for attempt in range(COMMIT_ATTEMPTS):
+
+    def prepare(table: Table) -> tuple[list[str], dict[str, str]]:
         landed = topic_offsets(table, topic_id)
         for partition, (start, _) in sorted(ranges.items()):
             if landed.get(partition) != start:
@@ -224,26 +202,10 @@ def commit_topic_files(
                     f"at {start}"
                 )
         landed.update({partition: end for partition, (_, end) in ranges.items()})
-        props = {
-            **properties,
-            COMMIT_ID: commit_id,
-            TOPIC_OFFSETS: json.dumps({str(p): o for p, o in sorted(landed.items())}),
-        }
-        try:
-            table.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-            return table
-        except CommitFailedException:
-            if on_conflict is not None:
-                on_conflict.append(1)
-            if attempt + 1 == COMMIT_ATTEMPTS:
-                raise
-            low, high = _BACKOFF_S
-            time.sleep(random.uniform(low, min(high, low * 2**attempt)))
-            table = table.refresh()
-            if _applied(table, commit_id):
-                _log.warning("commit %s was applied although it reported a conflict", commit_id)
-                return table
-    raise AssertionError("unreachable")
+        offsets = json.dumps({str(p): o for p, o in sorted(landed.items())})
+        return files, {**properties, TOPIC_OFFSETS: offsets}
+
+    return _add_retrying(table, prepare, on_conflict)
 
 
 def control_offset(table: Table, control_topic_id: str) -> int | None:
@@ -275,8 +237,9 @@ def commit_fleet(
         CommitFailedException: Still losing races after ``COMMIT_ATTEMPTS`` attempts.
     """
     topic_id = properties[TOPIC_ID]
-    commit_id = uuid.uuid4().hex
-    for attempt in range(COMMIT_ATTEMPTS):
+    judged: dict[str, list[str]] = {"added": [], "dropped": []}
+
+    def prepare(table: Table) -> tuple[list[str], dict[str, str]] | None:
         stored = control_offset(table, control.topic_id)
         if stored != control.start:
             raise FencedError(
@@ -284,33 +247,20 @@ def commit_fleet(
                 f"{control.start}: another committer commits now"
             )
         view, added, dropped = advance(topic_offsets(table, topic_id), sets)
-        added_ids, dropped_ids = [s.set_id for s in added], [s.set_id for s in dropped]
+        judged["added"], judged["dropped"] = [s.set_id for s in added], [s.set_id for s in dropped]
         files = [f.location for s in added for f in s.files]
         if not files:
-            return table, added_ids, dropped_ids
-        props = {
+            return None
+        return files, {
             **properties,
-            COMMIT_ID: commit_id,
             TOPIC_OFFSETS: json.dumps({str(p): o for p, o in sorted(view.items())}),
             CONTROL_TOPIC_ID: control.topic_id,
             CONTROL_OFFSET: str(control.end),
             FILE_SETS: str(len(added)),
         }
-        try:
-            table.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-            return table, added_ids, dropped_ids
-        except CommitFailedException:
-            if on_conflict is not None:
-                on_conflict.append(1)
-            if attempt + 1 == COMMIT_ATTEMPTS:
-                raise
-            low, high = _BACKOFF_S
-            time.sleep(random.uniform(low, min(high, low * 2**attempt)))
-            table = table.refresh()
-            if _applied(table, commit_id):
-                _log.warning("commit %s was applied although it reported a conflict", commit_id)
-                return table, added_ids, dropped_ids
-    raise AssertionError("unreachable")
+
+    table = _add_retrying(table, prepare, on_conflict)
+    return table, judged["added"], judged["dropped"]
 
 
 def last_fleet_commit_ms(table: Table) -> int | None:
@@ -320,3 +270,47 @@ def last_fleet_commit_ms(table: Table) -> int | None:
         if CONTROL_OFFSET in props:
             return snapshot.timestamp_ms
     return None
+
+
+def _add_retrying(
+    table: Table,
+    prepare: Callable[[Table], tuple[list[str], dict[str, str]] | None],
+    on_conflict: list[int] | None,
+) -> Table:
+    """Append what ``prepare(table)`` names in one snapshot, retrying lost races; the table after.
+
+    ``prepare`` judges the table each attempt is applied to (it may raise,
+    or return ``None``: nothing to commit). A lost race is retried with
+    jittered backoff on the refreshed table; before each retry the history
+    is checked for this very commit (``COMMIT_ID``), so a commit whose
+    answer was lost is never applied twice. ``on_conflict`` gets one
+    element per lost race.
+
+    Raises:
+        CommitFailedException: Still losing after ``COMMIT_ATTEMPTS`` attempts.
+    """
+    commit_id = uuid.uuid4().hex
+    for attempt in range(COMMIT_ATTEMPTS):
+        prepared = prepare(table)
+        if prepared is None:
+            return table
+        files, properties = prepared
+        try:
+            table.add_files(
+                files,
+                snapshot_properties={**properties, COMMIT_ID: commit_id},
+                check_duplicate_files=False,
+            )
+            return table
+        except CommitFailedException:
+            if on_conflict is not None:
+                on_conflict.append(1)
+            if attempt + 1 == COMMIT_ATTEMPTS:
+                raise
+            low, high = _BACKOFF_S
+            time.sleep(random.uniform(low, min(high, low * 2**attempt)))  # spreads nodes apart
+            table = table.refresh()
+            if _applied(table, commit_id):
+                _log.warning("commit %s was applied although it reported a conflict", commit_id)
+                return table
+    raise AssertionError("unreachable")

@@ -36,6 +36,7 @@ from exporters.iceberg.exporter import COMMIT_BUCKETS_S
 from exporters.iceberg.fleet import ControlRange, FileSet, FileSetError, FleetBatch
 from telemetry.cluster import topics as cluster_topics
 from telemetry.cluster.topics import ClientLog, ClusterError, TopicLayout, topic_identity
+from telemetry.server.loop_calls import wait_on_loop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -401,15 +402,8 @@ class FleetCommits:
         self.stats.sets_pending = 0
 
     def _on_loop(self, call: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            raise RuntimeError("the event loop is gone")
-        future = asyncio.run_coroutine_threadsafe(call(), loop)
-        try:
-            return future.result(timeout=_STATE_TIMEOUT_S)
-        except BaseException:
-            future.cancel()
-            raise
+        """Run ``call()`` on the event loop; wait here (bounded): see ``loop_calls``."""
+        return wait_on_loop(self._loop, call, _STATE_TIMEOUT_S)
 
     def _failed(self, error: Exception) -> None:
         self.stats.failures += 1

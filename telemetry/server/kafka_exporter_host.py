@@ -51,6 +51,7 @@ from telemetry.cluster.topics import topic_identity
 from telemetry.ingest.kafka_log import decode_record
 from telemetry.ingest.record import FrameError
 from telemetry.server.exporter_host import ExporterHost
+from telemetry.server.loop_calls import wait_on_loop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -445,16 +446,8 @@ class KafkaExporterHost(ExporterHost):
             )
 
     def _on_loop(self, call: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-        """Run the landing's coroutine ``call()`` on the event loop; wait here (bounded)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            raise RuntimeError("the event loop is gone")
-        future = asyncio.run_coroutine_threadsafe(call(), loop)
-        try:
-            return future.result(timeout=_LANDING_CALL_TIMEOUT_S)
-        except BaseException:
-            future.cancel()
-            raise
+        """Run ``call()`` on the event loop; wait here (bounded): see ``loop_calls``."""
+        return wait_on_loop(self._loop, call, _LANDING_CALL_TIMEOUT_S)
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._landing is not None:
