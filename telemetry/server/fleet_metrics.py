@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from exporters.iceberg.exporter import COMMIT_BUCKETS_S
+from telemetry.server.self_metrics import cumulative_buckets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -46,12 +47,7 @@ class FleetCollector(Collector):
             "Time of this node's fleet commits (the catalog's commit, in the landing's worker).",
         )
         counts = stats.commit_bucket_counts or [0] * (len(COMMIT_BUCKETS_S) + 1)
-        running = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, count in zip(COMMIT_BUCKETS_S, counts, strict=False):
-            running += count
-            buckets.append((repr(bound), float(running)))
-        buckets.append(("+Inf", float(running + counts[-1])))
+        buckets = cumulative_buckets(COMMIT_BUCKETS_S, counts)
         latency.add_metric([], buckets, stats.commit_seconds_total)
         yield latency
         pending = GaugeMetricFamily(

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from telemetry.server.exporter_host import ExporterHost
 
 
-def _buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+def cumulative_buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
     """Non-cumulative counts per bound (plus overflow) as Prometheus's cumulative buckets."""
     buckets: list[tuple[str, float]] = []
     running = 0
@@ -202,7 +202,9 @@ class ServerCollector(Collector):
             "kip714_log_fsync_seconds", "Latency of the ingest log's group-commit fsyncs."
         )
         fsync.add_metric(
-            [], _buckets(FSYNC_BUCKETS_S, stats.fsync_bucket_counts), stats.fsync_seconds_total
+            [],
+            cumulative_buckets(FSYNC_BUCKETS_S, stats.fsync_bucket_counts),
+            stats.fsync_seconds_total,
         )
         yield fsync
         full = GaugeMetricFamily(
@@ -293,7 +295,7 @@ class ServerCollector(Collector):
             if isinstance(commit_counts, list):  # the iceberg landing's own commits
                 commit_latency.add_metric(
                     [host.name],
-                    _buckets(COMMIT_BUCKETS_S, commit_counts),
+                    cumulative_buckets(COMMIT_BUCKETS_S, commit_counts),
                     float(getattr(exporter_stats, "commit_seconds_total", 0.0)),
                 )
             oversized = getattr(exporter_stats, "oversized_pushes", None)
@@ -305,7 +307,7 @@ class ServerCollector(Collector):
             skipped.add_metric([host.name], host.stats.skipped_pushes)
             latency.add_metric(
                 [host.name],
-                _buckets(EXPORT_BUCKETS_S, host.stats.export_bucket_counts),
+                cumulative_buckets(EXPORT_BUCKETS_S, host.stats.export_bucket_counts),
                 host.stats.export_seconds_total,
             )
         yield from (
