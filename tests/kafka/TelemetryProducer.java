@@ -34,6 +34,9 @@ public final class TelemetryProducer {
         properties.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         properties.put(ProducerConfig.RECONNECT_BACKOFF_MS_CONFIG, "100");
         properties.put(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
+        // Its rates over 1 s samples (2 of them), not 30 s: steady after a second or two, so the
+        // rate it pushes and the one it prints when it stops agree.
+        properties.put(ProducerConfig.METRICS_SAMPLE_WINDOW_MS_CONFIG, "1000");
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(
                 properties, new ByteArraySerializer(), new ByteArraySerializer());
         long deadline = System.nanoTime() + runNanos;

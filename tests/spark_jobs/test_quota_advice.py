@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import LongType, StructField, StructType
-
 from spark_jobs.rollups import QUOTA_ADVICE_COLUMNS, quota_advice
 from spark_jobs.rollups.quota_advice import HEADROOM, PUSH_QUOTAS, RATE_QUOTAS
 from spark_jobs.schema import LANDING_SCHEMA
@@ -56,12 +54,9 @@ def test_peak_mean_and_proposal_per_hour_quota_and_entity(spark: SparkSession) -
         for s, sent, decoded in ((0, 6000, 24000), (30, 12000, 36000))
         for m in ("m1", "m2")
     ]  # fmt: skip
-    with_sizes = StructType(
-        [*LANDING_SCHEMA.fields, *(StructField(c, LongType()) for c in PUSH_QUOTAS)]
-    )
     frame = spark.createDataFrame(
         [{**r, "push_bytes": None, "push_decoded_bytes": None} for r in rows] + pushes,
-        with_sizes,
+        LANDING_SCHEMA,  # with push_bytes and push_decoded_bytes
     )
     advice = quota_advice(frame).orderBy("window_start", "quota", "user")
     assert tuple(advice.columns) == QUOTA_ADVICE_COLUMNS
