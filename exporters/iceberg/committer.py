@@ -112,15 +112,7 @@ class LakeTables:
         A fenced generation is an outcome too: the exporter reads where the
         table stands and feeds again from there.
         """
-        topic = self.setup.topic
-        if topic is None:
-            raise RuntimeError("a landing not fed from the pushes topic commits by offsets")
-        properties = {
-            commits.NODE_ID: self.setup.node_id,
-            commits.CLUSTER_ID: topic.cluster_id,
-            commits.TOPIC: topic.topic,
-            commits.TOPIC_ID: topic.topic_id,
-        }
+        properties = self._topic_properties()
         conflicts: list[int] = []
         try:
             self._tables[name] = commits.commit_topic_files(
@@ -132,6 +124,18 @@ class LakeTables:
         except Exception as error:
             return CommitOutcome(len(conflicts), repr(error))
         return CommitOutcome(len(conflicts))
+
+    def _topic_properties(self) -> dict[str, str]:
+        """What every commit of a landing fed from the pushes topic names: node and topic."""
+        topic = self.setup.topic
+        if topic is None:
+            raise RuntimeError("a landing not fed from the pushes topic commits by offsets")
+        return {
+            commits.NODE_ID: self.setup.node_id,
+            commits.CLUSTER_ID: topic.cluster_id,
+            commits.TOPIC: topic.topic,
+            commits.TOPIC_ID: topic.topic_id,
+        }
 
     def fleet_state(self, control_topic_id: str | None) -> FleetState:
         """Where the ``metrics`` table stands for the fleet now (refreshed)."""
@@ -150,15 +154,7 @@ class LakeTables:
 
     def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> FleetOutcome:
         """Add the contiguous ``sets`` in one snapshot (``commits.commit_fleet``)."""
-        topic = self.setup.topic
-        if topic is None:
-            raise RuntimeError("a landing not fed from the pushes topic has no fleet")
-        properties = {
-            commits.NODE_ID: self.setup.node_id,
-            commits.CLUSTER_ID: topic.cluster_id,
-            commits.TOPIC: topic.topic,
-            commits.TOPIC_ID: topic.topic_id,
-        }
+        properties = self._topic_properties()
         conflicts: list[int] = []
         try:
             table, added, dropped = commits.commit_fleet(

@@ -36,6 +36,7 @@ from exporters.iceberg.exporter import COMMIT_BUCKETS_S
 from exporters.iceberg.fleet import ControlRange, FileSet, FileSetError, FleetBatch
 from telemetry.cluster import topics as cluster_topics
 from telemetry.cluster.topics import ClientLog, ClusterError, TopicLayout, topic_identity
+from telemetry.server.kafka_exporter_host import SESSION_TIMEOUT_MS
 from telemetry.server.loop_calls import wait_on_loop
 
 if TYPE_CHECKING:
@@ -59,8 +60,6 @@ MAX_FILE_SET_BYTES: Final = 1 << 20
 CONSUME_BATCH: Final = 500
 CONSUME_WAIT_S: Final = 0.5
 PUBLISH_TIMEOUT_S: Final = 30.0
-#: The committer group's session: a lost committer is replaced within about this.
-SESSION_TIMEOUT_MS: Final = 10_000
 _STATE_TIMEOUT_S: Final = 60.0
 _STATE_RETRY_S: Final = (0.5, 10.0)
 
