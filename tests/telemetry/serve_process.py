@@ -96,7 +96,15 @@ class ServeProcess:
     def stop(self, timeout_s: float = 20.0) -> int:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout_s)
+        try:
+            code = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            tail = "\n".join(list(self.lines)[-40:])
+            raise AssertionError(
+                f"kip714 serve did not stop within {timeout_s} s of SIGTERM; "
+                f"its last lines:\n{tail}"
+            ) from None
         self._release()
         return code
 

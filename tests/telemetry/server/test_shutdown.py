@@ -160,3 +160,23 @@ async def test_stop_is_not_held_by_an_http_client_that_never_sends_its_refused_b
         await asyncio.wait_for(server.stop(), 5)
         writer.close()
     assert status_line.startswith(b"HTTP/1.1 413")
+
+
+async def test_a_slow_stop_step_is_named_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A supervisor that kills a slow stop must be able to see which step it waited on."""
+    async with running(tmp_path, config(tmp_path)) as server:
+        first = server.hosts[0]
+        real_stop = first.stop
+
+        async def slow_stop(drain_timeout_s: float | None = None) -> None:
+            await asyncio.sleep(2.5)
+            await real_stop(drain_timeout_s)
+
+        monkeypatch.setattr(first, "stop", slow_stop)
+        with caplog.at_level("WARNING", logger="telemetry.server.bootstrap"):
+            await asyncio.wait_for(server.stop(), 60)
+        named = f"stopping: exporter {first.name} took "
+        assert [r for r in caplog.records if r.getMessage().startswith(named)]
+        await assert_log_closed(server)
