@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Final
 
 from pyiceberg.exceptions import CommitFailedException
 
+from exporters.iceberg.data_files import append_files
 from exporters.iceberg.fleet import advance
 
 if TYPE_CHECKING:
@@ -296,11 +297,7 @@ def _add_retrying(
             return table
         files, properties = prepared
         try:
-            table.add_files(
-                files,
-                snapshot_properties={**properties, COMMIT_ID: commit_id},
-                check_duplicate_files=False,
-            )
+            append_files(table, files, {**properties, COMMIT_ID: commit_id})
             return table
         except CommitFailedException:
             if on_conflict is not None:
