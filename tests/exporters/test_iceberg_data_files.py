@@ -96,3 +96,24 @@ def test_a_file_whose_schema_does_not_fit_is_refused_after_one_that_did(tmp_path
     with pytest.raises(ValueError, match="push_offset"):
         data_files.append_files(table, [copied(landed[0], "again"), str(stranger)], {})
     assert len(table.refresh().metadata.snapshots) == snapshots + 1  # nothing of it appended
+
+
+def test_an_append_copies_the_table_metadata_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each deep copy costs the whole history (every retained snapshot): pyiceberg made 16."""
+    table = landed_table(tmp_path)
+    landed = sorted(files_of(table))
+    metadata_type = type(table.metadata)
+    real_copy = metadata_type.model_copy
+    deep_copies: list[int] = []
+
+    def counted(self: Any, *, update: Any = None, deep: bool = False) -> Any:
+        if deep:
+            deep_copies.append(1)
+        return real_copy(self, update=update, deep=deep)
+
+    monkeypatch.setattr(metadata_type, "model_copy", counted)
+    data_files.append_files(table, [copied(landed[0], "counted")], {"n": "1"})
+    assert table.current_snapshot() is not None
+    assert 1 <= len(deep_copies) <= 3  # this transaction's view, the catalog's commit
