@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.update import TableUpdate
 
-__all__ = ["append_files", "describe_files"]
+__all__ = ["append_files", "describe_files", "transaction"]
 
 #: Distinct (table schema, file schema) pairs remembered as checked; then forgotten at once.
 _CHECKED_MAX: Final = 64
@@ -130,6 +130,12 @@ def append_files(table: Table, locations: Sequence[str], properties: dict[str, s
         with update.merge_append() if merge else update.fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
+
+
+def transaction(table: Table) -> Transaction:
+    """``table.transaction()`` without the repeated copies (any kip714 commit: deletes,
+    compaction's overwrite)."""
+    return _Transaction(table)
 
 
 class _Transaction(Transaction):

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from pyarrow import fs as pafs
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 
-from exporters.iceberg import commits
+from exporters.iceberg import commits, data_files
 from exporters.iceberg.lake import open_catalog
 from exporters.iceberg.schema import METRICS_TABLE, PUSHES_TABLE
 from exporters.iceberg.settings import MaintenanceSettings, MaintenanceStats
@@ -117,7 +117,7 @@ def compact_hour(table: Table, hour: int) -> int:
     rows = rows.take(pc.sort_indices(rows, [(sort_column, "ascending")]))
     # One transaction, based on the metadata the rows were read from: the
     # commit asserts that snapshot is still current.
-    with table.transaction() as transaction:
+    with data_files.transaction(table) as transaction:
         transaction.overwrite(
             rows, overwrite_filter=row_filter, snapshot_properties={COMPACTION: str(hour)}
         )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import NoSuchTableError
 
+from exporters.iceberg.data_files import transaction
 from exporters.iceberg.lake import open_catalog
 from exporters.iceberg.maintenance import expire_snapshots, remove_orphan_files
 from exporters.iceberg.retention import HOUR_MS, DeletedPartition, HourPartition
@@ -86,7 +87,8 @@ def delete_expired_windows(
         return []
     recorded = _recorded(table)
     properties = {} if recorded is None else {LANDING_SNAPSHOT_PROPERTY: recorded}
-    table.delete(delete_filter=row_filter, snapshot_properties=properties)
+    with transaction(table) as deleting:  # (pyiceberg's ``table.delete``, fewer copies)
+        deleting.delete(delete_filter=row_filter, snapshot_properties=properties)
     name = ".".join(table.name())
     _log.info(
         "retention deleted %d hour(s) (%d bytes) of lake table %s: older than %d h",
