@@ -173,4 +173,7 @@ def worker_main(conn: Connection, start: LaneStart) -> None:
         },
         lambda _reason: lane.discard(),
         lane.discard,
+        # The table's state, and the fleet's commit of files written already: the catalog
+        # may be away for a while; the lane's rows are untouched by these.
+        reads=frozenset({"offsets", "fleet-state", "commit-fleet"}),
     )

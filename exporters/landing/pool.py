@@ -198,13 +198,18 @@ def serve_requests(
     handlers: Mapping[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]],
     poison: Callable[[str], None],
     cleanup: Callable[[], None],
+    reads: frozenset[str] = frozenset(),
 ) -> None:
     """A worker process's loop: one reply per request, in order, until ``stop`` or EOF.
 
     A request that fails is answered ``("error", traceback)`` and poisons the
     worker: every later request but ``stop`` is refused, so work missing a
-    batch is never committed. ``cleanup`` runs on ``stop`` and when the parent
-    is gone (EOF): uncommitted work is discarded.
+    batch is never committed. The kinds in ``reads`` hold no work of the
+    worker's (reading a table, a commit of files already written): one that
+    fails, say while the catalog is away, is answered the same way and
+    poisons nothing, so the caller's retry can succeed once it is back.
+    ``cleanup`` runs on ``stop`` and when the parent is gone (EOF):
+    uncommitted work is discarded.
     """
     # The server handles SIGINT/SIGTERM and tells us when to stop; a Ctrl-C
     # sent to the whole process group must not kill us before the final write.
@@ -233,9 +238,12 @@ def serve_requests(
                     raise ValueError(f"unknown request {kind!r}")
                 reply = handlers[kind](message)
             except Exception:
-                poisoned = poisoned or traceback.format_exc(limit=8)
-                poison(poisoned)
-                reply = ("error", poisoned)
+                failure = traceback.format_exc(limit=8)
+                if kind not in reads or poisoned is not None:
+                    poisoned = poisoned or failure
+                    poison(poisoned)
+                    failure = poisoned
+                reply = ("error", failure)
             _send(conn, reply)
     finally:
         cleanup()

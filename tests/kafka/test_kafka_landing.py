@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 from pyiceberg.catalog import load_catalog
+from pyiceberg.catalog.sql import SqlCatalog
 
 from telemetry.errors import ErrorCode
 from tests.kafka.test_kafka_log import (
@@ -31,10 +32,13 @@ from tests.kafka.test_kafka_log import (
     topic_records,
     wait_for,
 )
+from tests.postgres.server import postgres
 from tests.telemetry.serve_process import ServeProcess
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from pyiceberg.table import Table
 
     from tests.kafka.kafka_dist import KafkaBroker
 
@@ -43,7 +47,7 @@ NODE_CONFIG = """
 metrics = ["org.apache.kafka.producer."]
 "interval.ms" = 60000
 [lake]
-catalog = {{ type = "sql", uri = "sqlite:///{lake}/catalog.db" }}
+catalog = {{ type = "sql", uri = "{catalog}" }}
 warehouse = "{lake}/warehouse"
 [exporters.landing.options]
 max_file_age_s = {age}
@@ -57,9 +61,18 @@ startup_timeout_s = 30
 """
 
 
-def node(root: Path, name: str, broker: KafkaBroker, topic: str, age: float = 1.0) -> ServeProcess:
+def node(
+    root: Path,
+    name: str,
+    broker: KafkaBroker,
+    topic: str,
+    age: float = 1.0,
+    catalog: str | None = None,
+) -> ServeProcess:
+    """A node of the fleet landing into ``root``'s lake (its SQLite catalog unless ``catalog``)."""
     config = NODE_CONFIG.format(
         lake=root / "lake",
+        catalog=catalog or sqlite_catalog(root),
         bootstrap=broker.bootstrap,
         topic=topic,
         interval=COMMIT_INTERVAL_S,
@@ -68,17 +81,31 @@ def node(root: Path, name: str, broker: KafkaBroker, topic: str, age: float = 1.
     return ServeProcess(root / name, config)
 
 
-def landed(root: Path) -> list[dict[str, Any]]:
-    """``client_id``, ``log_partition`` and ``push_offset`` of every committed row."""
+def sqlite_catalog(root: Path) -> str:
+    return f"sqlite:///{root / 'lake'}/catalog.db"
+
+
+def lake_table(root: Path, catalog_uri: str | None = None) -> Table | None:
+    """The landing's table in ``root``'s lake (``None`` before it exists)."""
     lake = root / "lake"
-    if not (lake / "catalog.db").exists():
+    if catalog_uri is None and not (lake / "catalog.db").exists():
+        return None
+    uri = catalog_uri or sqlite_catalog(root)
+    catalog = load_catalog("kip714", type="sql", uri=uri, warehouse=f"{lake}/warehouse")
+    try:
+        if not catalog.table_exists(("kip714", "metrics")):
+            return None
+        return catalog.load_table(("kip714", "metrics"))
+    finally:
+        if isinstance(catalog, SqlCatalog):
+            catalog.engine.dispose()  # each load opens a pool (PostgreSQL counts connections)
+
+
+def landed(root: Path, catalog_uri: str | None = None) -> list[dict[str, Any]]:
+    """``client_id``, ``log_partition`` and ``push_offset`` of every committed row."""
+    table = lake_table(root, catalog_uri)
+    if table is None:
         return []
-    catalog = load_catalog(
-        "kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"{lake}/warehouse"
-    )
-    if not catalog.table_exists(("kip714", "metrics")):
-        return []
-    table = catalog.load_table(("kip714", "metrics"))
     scanned = table.scan(selected_fields=("client_id", "log_partition", "push_offset"))
     rows: list[dict[str, Any]] = scanned.to_arrow().to_pylist()
     return rows
@@ -87,20 +114,17 @@ def landed(root: Path) -> list[dict[str, Any]]:
 COMMIT_INTERVAL_S = 1.0
 
 
-def fleet_commits(root: Path) -> list[dict[str, str]]:
+def fleet_commits(root: Path, catalog_uri: str | None = None) -> list[dict[str, str]]:
     """The snapshot properties of every commit of the landing, oldest first."""
-    lake = root / "lake"
-    catalog = load_catalog(
-        "kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"{lake}/warehouse"
-    )
-    table = catalog.load_table(("kip714", "metrics"))
+    table = lake_table(root, catalog_uri)
+    assert table is not None
     history = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
     return [dict(s.summary.additional_properties) for s in history if s.summary is not None]
 
 
-def assert_one_committer(root: Path, seconds: float) -> None:
+def assert_one_committer(root: Path, seconds: float, catalog_uri: str | None = None) -> None:
     """Issue 40: every commit is the committer's, at most one per interval (and one to spare)."""
-    commits = [c for c in fleet_commits(root) if "kip714.kafka.offsets" in c]
+    commits = [c for c in fleet_commits(root, catalog_uri) if "kip714.kafka.offsets" in c]
     assert commits
     assert all("kip714.control.offset" in c for c in commits)
     assert len(commits) <= seconds / COMMIT_INTERVAL_S + 2, (len(commits), seconds)
@@ -119,22 +143,19 @@ def committer_of(nodes: list[ServeProcess]) -> list[ServeProcess]:
 
 def commit_history(root: Path) -> list[tuple[str, str]]:
     """(node, offsets) of each landing commit, oldest first (for failure messages)."""
-    lake = root / "lake"
-    catalog = load_catalog(
-        "kip714", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"{lake}/warehouse"
-    )
-    table = catalog.load_table(("kip714", "metrics"))
+    table = lake_table(root)
+    assert table is not None
     history = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
     props = [s.summary.additional_properties for s in history if s.summary is not None]
     return [(p.get("kip714.node-id", "?"), p.get("kip714.kafka.offsets", "?")) for p in props]
 
 
-def landed_clients(root: Path) -> Counter[str]:
-    return Counter(row["client_id"] for row in landed(root))
+def landed_clients(root: Path, catalog_uri: str | None = None) -> Counter[str]:
+    return Counter(row["client_id"] for row in landed(root, catalog_uri))
 
 
-def assert_each_once(root: Path, acknowledged: set[str]) -> None:
-    rows = landed(root)
+def assert_each_once(root: Path, acknowledged: set[str], catalog_uri: str | None = None) -> None:
+    rows = landed(root, catalog_uri)
     by_client = Counter(row["client_id"] for row in rows)
     by_position = Counter((row["log_partition"], row["push_offset"]) for row in rows)
     assert acknowledged <= set(by_client), sorted(acknowledged - set(by_client))[:10]
@@ -306,3 +327,63 @@ def test_the_landings_lag_counts_what_its_table_does_not_hold_yet(
     finally:
         assert process.stop() == 0  # the stop publishes and commits the open generation
     assert len(landed(tmp_path)) == 5
+
+
+def test_the_catalog_away_during_a_rebalance_the_partitions_move_once_it_is_back(
+    tmp_path: Path, broker: KafkaBroker
+) -> None:
+    """A node takes partitions over only where the table says they stand: while the catalog
+    (PostgreSQL) is stopped it retries the assignment, then resumes, and all lands once."""
+    topic = "landing-catalog-away"
+    started = time.monotonic()
+    with postgres() as catalog:
+        uri = catalog.url()
+        first, second = (
+            node(tmp_path, name, broker, topic, catalog=uri).start() for name in ("a", "b")
+        )
+        load = Load([first, second])
+        try:
+            load.start()
+            wait_for(lambda: landed_clients(tmp_path, uri), SOON_S, "the fleet lands pushes")
+            catalog.stop()
+            load.live = [first]
+            # Its revocation cannot commit the open generation: logged, bounded; the next
+            # owner replays it from the topic.
+            assert second.stop(timeout_s=60) == 0
+            wait_for(
+                lambda: any("cannot take partitions" in line for line in first.lines),
+                SOON_S,
+                "node a retries taking the partitions over while the catalog is away",
+            )
+            at_outage = len(load.acknowledged)
+            catalog.start()
+            wait_for(
+                lambda: len(load.acknowledged) >= at_outage + 40,
+                SOON_S,
+                "node a acknowledges pushes",
+            )
+            load.finish()
+            acknowledged = set(load.acknowledged)
+            try:
+                wait_for(
+                    lambda: acknowledged <= set(landed_clients(tmp_path, uri)),
+                    2 * SOON_S,
+                    "every acknowledged push lands once the catalog is back",
+                )
+            except AssertionError as failure:
+                missing = len(acknowledged - set(landed_clients(tmp_path, uri)))
+                said = [line for line in first.lines if '"level": "info"' not in line]
+                raise AssertionError(
+                    f"{failure}; {missing} of {len(acknowledged)} missing; node a said:\n"
+                    + "\n".join(said)[-15000:]
+                ) from None
+            assert asyncio.run(subscribes(first))
+        finally:
+            load.stopping.set()
+            for n in (first, second):
+                if n.process is not None and n.process.poll() is None:
+                    assert n.stop(timeout_s=60) == 0
+                else:
+                    n.kill()
+        assert_each_once(tmp_path, acknowledged, uri)
+        assert_one_committer(tmp_path, time.monotonic() - started, uri)

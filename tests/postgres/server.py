@@ -63,6 +63,12 @@ class PostgresServer:
         secret = f":{password}" if password else ""
         return f"postgresql+{driver}://{USER}{secret}@127.0.0.1:{self.port}/{DATABASE}"
 
+    def start(self) -> None:
+        """Start the cluster (again: a catalog that was away comes back on the same port)."""
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        data, log = str(self.root / "data"), str(self.root / "log")
+        self._run("pg_ctl", "-D", data, "-o", options, "-l", log, "-w", "start")
+
     def stop(self, mode: str = "fast") -> None:
         with contextlib.suppress(AssertionError):
             self._run("pg_ctl", "-D", str(self.root / "data"), "-m", mode, "-w", "stop")
@@ -79,10 +85,7 @@ def postgres() -> Iterator[PostgresServer]:
     data = root / "data"
     try:
         server._run("initdb", "-D", str(data), "-A", "trust", "-U", USER, "--no-sync")
-        options = f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        server._run(
-            "pg_ctl", "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"
-        )
+        server.start()
         server._run("createdb", "-h", "127.0.0.1", "-p", str(server.port), "-U", USER, DATABASE)
         yield server
     finally:
