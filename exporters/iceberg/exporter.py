@@ -380,10 +380,8 @@ class IcebergExporter(GenerationLanding):
         if not self._started or self._closed:
             raise RuntimeError("iceberg exporter used before start() or after close()")
         async with self._gen_lock:
+            await self._replace_stale_lanes()
             try:
-                if self._lanes_stale:
-                    self._reload_positions(await run_to_completion(self._restart_lanes()))
-                    self._lanes_stale = False
                 reply = await self._lanes[0].topic_offsets()
             except Exception as error:
                 raise TransientExportError(
@@ -645,18 +643,37 @@ class IcebergExporter(GenerationLanding):
             raise TransientExportError(
                 f"{self._where()} is failing ({self._failing}); next attempt in {wait:.1f} s"
             )
-        if self._lanes_stale:
-            try:
-                opened = await run_to_completion(self._restart_lanes())
-            except Exception as error:  # the catalog is still away: another round of backoff
-                self.stats.failures += 1
-                self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
-                self._retry_at = time.monotonic() + self._backoff_s * random.uniform(0.5, 1.0)
-                raise TransientExportError(
-                    f"{self._where()}: reading the table: {error}"
-                ) from error
-            self._lanes_stale = False
-            self._reload_positions(opened)
+        await self._replace_stale_lanes()
+
+    async def _replace_stale_lanes(self) -> None:
+        """(Holding ``_gen_lock``.) Fresh lanes after a failed generation or a dead worker.
+
+        The committer's calls and a rebalance need the first lane whether or
+        not pushes arrive (an idle committer's worker killed by the OOM
+        killer must not stop the fleet's commits), so they replace the lanes
+        too, once the failure's backoff has passed.
+
+        Raises:
+            TransientExportError: Within the backoff, or the new lanes cannot read the table.
+        """
+        if not self._lanes_stale and not any(lane.failed for lane in self._lanes):
+            return
+        self._lanes_stale = True
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            raise TransientExportError(
+                f"{self._where()}: its lanes are replaced in {wait:.1f} s "
+                f"({self._failing or 'a worker failed'})"
+            )
+        try:
+            opened = await run_to_completion(self._restart_lanes())
+        except Exception as error:  # the catalog is still away: another round of backoff
+            self.stats.failures += 1
+            self._backoff_s = min(self._backoff_s * 2, RETRY_MAX_S)
+            self._retry_at = time.monotonic() + self._backoff_s * random.uniform(0.5, 1.0)
+            raise TransientExportError(f"{self._where()}: reading the table: {error}") from error
+        self._lanes_stale = False
+        self._reload_positions(opened)
 
     def _reload_positions(self, opened: Opened) -> None:
         """Take where this node stands in each table, as fresh lanes read it.
@@ -906,7 +923,7 @@ class IcebergExporter(GenerationLanding):
 
     async def _read_fleet(self) -> None:
         try:
-            state: FleetState = (await self._lanes[0].fleet_state(None))[1]
+            state: FleetState = (await (await self._first_lane()).fleet_state(None))[1]
         except Exception as error:  # lanes being replaced, the catalog away: next interval
             if not self._fleet_failing:
                 self._fleet_failing = True
@@ -946,14 +963,22 @@ class IcebergExporter(GenerationLanding):
         if not task.cancelled() and task.exception() is not None:
             _log.error("%s: the fleet watch died", self._where(), exc_info=task.exception())
 
+    async def _first_lane(self) -> ProcessLane | ThreadLane:
+        """The first lane for the committer, replaced first if stale (the generation's lock is
+        taken only then: a generation being written holds it for seconds)."""
+        if self._lanes_stale or any(lane.failed for lane in self._lanes):
+            async with self._gen_lock:
+                await self._replace_stale_lanes()
+        return self._lanes[0]
+
     async def fleet_state(self, control_topic_id: str | None) -> FleetState:
         """Where the table stands for the fleet (the committer's start), read by the first lane."""
-        state: FleetState = (await self._lanes[0].fleet_state(control_topic_id))[1]
+        state: FleetState = (await (await self._first_lane()).fleet_state(control_topic_id))[1]
         return state
 
     async def commit_fleet(self, sets: Sequence[FileSet], control: ControlRange) -> FleetOutcome:
         """The committer's commit of ``sets`` (``commits.commit_fleet``), in the first lane."""
-        outcome: FleetOutcome = (await self._lanes[0].commit_fleet(sets, control))[1]
+        outcome: FleetOutcome = (await (await self._first_lane()).commit_fleet(sets, control))[1]
         return outcome
 
     async def _age_timer(self) -> None:

@@ -59,6 +59,11 @@ class ProcessLane:
     def in_flight(self) -> int:
         return self._handle.in_flight
 
+    @property
+    def failed(self) -> bool:
+        """The worker died or its pipe broke: every request to it fails from now on."""
+        return self._handle.failure is not None or not self._handle.process.is_alive()
+
     def open(self) -> asyncio.Future[Any]:
         return self._handle.request(("open",))
 
@@ -112,6 +117,10 @@ class ThreadLane:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    @property
+    def failed(self) -> bool:
+        return False  # a thread lane's failure is its request's, never the lane's
 
     def _submit(self, call: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().run_in_executor(self._executor, call, *args)

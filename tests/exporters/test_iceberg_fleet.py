@@ -10,6 +10,7 @@ each anchor failure of Apache Iceberg's Kafka Connect sink is exact:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from exporters.iceberg.fleet import (
     SetFile,
 )
 from exporters.iceberg.lake import open_catalog
+from exporters.iceberg.lanes import ProcessLane
 from tests.exporters.lake_support import table_rows
 from tests.exporters.support import PRODUCER_PUSH, push
 
@@ -49,9 +51,11 @@ class Published(list[bytes]):
         self.append(value)
 
 
-def worker(root: Path, node: str, control: Published, topic_id: str = "topic-1") -> IcebergExporter:
+def worker(
+    root: Path, node: str, control: Published, topic_id: str = "topic-1", workers: int = 0
+) -> IcebergExporter:
     exporter = IcebergExporter(
-        {"path": str(root), "node_id": node, "workers": 0, "max_file_age_s": 3600}
+        {"path": str(root), "node_id": node, "workers": workers, "max_file_age_s": 3600}
     )
     exporter.use_fleet(control)
     exporter.bind_topic("cluster-1", "_kip714_pushes", topic_id)
@@ -241,3 +245,34 @@ async def test_a_worker_whose_set_was_dropped_feeds_again_from_the_table(tmp_pat
     counts = landed(tmp_path)
     assert sorted(counts) == [(0, o) for o in range(5)]
     assert len(set(counts.values())) == 1
+
+
+async def test_an_idle_committer_whose_worker_died_commits_through_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """The OOM killer takes the committer node's first worker while it lands nothing itself:
+    the committer's next call replaces the lanes (no push needs to arrive first)."""
+    control = Published()
+    committer, other = (
+        worker(tmp_path, "committer", control, workers=1),
+        worker(tmp_path, "other", control),
+    )
+    await committer.start()
+    await other.start()
+    await other.assign([0])
+    await other.export(pushes(0, range(4)))
+    await other.flush()
+    first = committer._lanes[0]
+    assert isinstance(first, ProcessLane)
+    first._handle.process.kill()  # SIGKILL, as the OOM killer sends
+    await asyncio.to_thread(first._handle.process.join, 10)
+    assert first.failed
+    state = await committer.fleet_state(CONTROL)
+    batch = FleetBatch("topic-1", dict(state.offsets))
+    assert all(batch.offer(FileSet.decode(record)) for record in control)
+    outcome = await committer.commit_fleet(batch.accepted, ControlRange(CONTROL, None, 1))
+    assert (len(outcome.added), outcome.error) == (1, None)
+    assert committer._lanes[0] is not first
+    await committer.close()
+    await other.close()
+    assert sorted(landed(tmp_path)) == [(0, o) for o in range(4)]
