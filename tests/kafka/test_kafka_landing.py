@@ -222,14 +222,7 @@ def test_three_nodes_one_killed_under_load_every_acknowledged_push_lands_once(
         victim = rng.choice(nodes)
         load.live = [n for n in nodes if n is not victim]
         victim.kill()  # SIGKILL: its open generation is lost; the topic still holds it
-        at_kill = len(load.acknowledged)
-        wait_for(
-            lambda: len(load.acknowledged) >= at_kill + 40,
-            SOON_S,
-            "the survivors acknowledge pushes",
-        )
-        load.finish()
-        acknowledged = set(load.acknowledged)
+        acknowledged = load.finish_after(40, "the survivors acknowledge pushes")
         try:
             wait_for(
                 lambda: acknowledged <= set(landed_clients(tmp_path)),
@@ -285,12 +278,7 @@ def test_the_committers_node_killed_under_load_another_commits_within_30_s(
             "another node commits for the fleet within 30 s of the committer's kill",
         )
         took = time.monotonic() - killed
-        at_kill = len(load.acknowledged)
-        wait_for(
-            lambda: len(load.acknowledged) >= at_kill + 40, SOON_S, "the survivors acknowledge"
-        )
-        load.finish()
-        acknowledged = set(load.acknowledged)
+        acknowledged = load.finish_after(40, "the survivors acknowledge")
         wait_for(
             lambda: acknowledged <= set(landed_clients(tmp_path)),
             2 * SOON_S,
@@ -344,7 +332,7 @@ def test_the_catalog_away_during_a_rebalance_the_partitions_move_once_it_is_back
         load = Load([first, second])
         try:
             load.start()
-            wait_for(lambda: landed_clients(tmp_path, uri), SOON_S, "the fleet lands pushes")
+            wait_for(lambda: bool(landed_clients(tmp_path, uri)), SOON_S, "the fleet lands pushes")
             catalog.stop()
             load.live = [first]
             # Its revocation cannot commit the open generation: logged, bounded; the next
@@ -355,15 +343,8 @@ def test_the_catalog_away_during_a_rebalance_the_partitions_move_once_it_is_back
                 SOON_S,
                 "node a retries taking the partitions over while the catalog is away",
             )
-            at_outage = len(load.acknowledged)
             catalog.start()
-            wait_for(
-                lambda: len(load.acknowledged) >= at_outage + 40,
-                SOON_S,
-                "node a acknowledges pushes",
-            )
-            load.finish()
-            acknowledged = set(load.acknowledged)
+            acknowledged = load.finish_after(40, "node a acknowledges pushes")
             try:
                 wait_for(
                     lambda: acknowledged <= set(landed_clients(tmp_path, uri)),

@@ -338,6 +338,13 @@ class Load(threading.Thread):
         self.join(30)
         assert not self.is_alive()
 
+    def finish_after(self, more: int, what: str) -> set[str]:
+        """Wait for ``more`` acknowledgements from now, then stop; every one acknowledged."""
+        now = len(self.acknowledged)
+        wait_for(lambda: len(self.acknowledged) >= now + more, SOON_S, what)
+        self.finish()
+        return set(self.acknowledged)
+
 
 def test_three_nodes_one_killed_under_load_every_acknowledged_push_is_exported(
     tmp_path: Path, broker: KafkaBroker
@@ -353,14 +360,7 @@ def test_three_nodes_one_killed_under_load_every_acknowledged_push_is_exported(
         victim = rng.choice(nodes)
         load.live = [n for n in nodes if n is not victim]
         victim.kill()  # SIGKILL: its uncommitted batches go to the others
-        acknowledged_at_kill = len(load.acknowledged)
-        wait_for(
-            lambda: len(load.acknowledged) >= acknowledged_at_kill + 20,
-            SOON_S,
-            "the survivors acknowledge pushes",
-        )
-        load.finish()
-        acknowledged = set(load.acknowledged)
+        acknowledged = load.finish_after(20, "the survivors acknowledge pushes")
 
         def exported() -> set[str]:
             return {client for n in nodes for client in exported_client_ids(n)}
