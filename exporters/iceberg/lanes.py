@@ -61,8 +61,16 @@ class ProcessLane:
 
     @property
     def failed(self) -> bool:
-        """The worker died or its pipe broke: every request to it fails from now on."""
-        return self._handle.failure is not None or not self._handle.process.is_alive()
+        """The worker died or its pipe broke: every request to it fails from now on.
+
+        (Not before it started: its exit code is ``None`` until it ran and ended.)
+        """
+        if self._handle.failure is not None:
+            return True
+        try:
+            return self._handle.process.exitcode is not None
+        except ValueError:  # closed: the lane was stopped
+            return True
 
     def open(self) -> asyncio.Future[Any]:
         return self._handle.request(("open",))
