@@ -14,7 +14,6 @@ import asyncio
 import logging
 import os
 import shutil
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +70,7 @@ from telemetry.server.startup import (
     warn_about_exposure,
     warn_about_unmatched_kinds,
 )
+from telemetry.server.stop_steps import run_stop_step
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -87,8 +87,6 @@ _log = logging.getLogger(__name__)
 
 #: How often idle client instances are swept out of the cache.
 EXPIRY_SWEEP_S = 1.0
-#: A stop step taking this long is named in the log (each is bounded; their sum is not small).
-_SLOW_STOP_STEP_S = 2.0
 #: The Spark rollups' output, ``<data_dir>/rollups/<name>/date=…/hour=…/`` (docs/rollups.md).
 ROLLUPS_DIR = "rollups"
 
@@ -432,7 +430,7 @@ class Server:
         if self._data_dir_lock is not None:
             steps.append(("data directory lock", self._release_data_dir))
         for name, step in steps:
-            cancelled = await _run_stop_step(name, step) or cancelled
+            cancelled = await run_stop_step(name, step) or cancelled
         self._note_failures()
         if self._serving:  # a failed start ends with its one error line, nothing after it
             _log.info("kip714 stopped")
@@ -590,31 +588,3 @@ class Server:
         while True:
             await asyncio.sleep(EXPIRY_SWEEP_S)
             self.manager.expire(wall_clock_ms())
-
-
-async def _run_stop_step(
-    name: str, step: Callable[[], Awaitable[None]]
-) -> asyncio.CancelledError | None:
-    """Run one step of ``Server.stop``; the cancellation of ``stop`` itself, if one came.
-
-    A step's failure, or a CancelledError of its own, is logged and the stop
-    goes on; a step that takes :data:`_SLOW_STOP_STEP_S` or more is named.
-    """
-    began = time.monotonic()
-    cancelled: asyncio.CancelledError | None = None
-    try:
-        await step()
-    except asyncio.CancelledError as error:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            # stop() itself is being cancelled: finish the (bounded) steps first.
-            _log.warning("stopping: cancelled during %s; finishing the other steps", name)
-            cancelled = error
-        else:  # a step raised CancelledError of its own: a failure of that step
-            _log.error("stopping: %s was cancelled; carrying on with the rest", name)
-    except Exception:
-        _log.exception("stopping: %s failed; carrying on with the rest", name)
-    took_s = time.monotonic() - began
-    if took_s >= _SLOW_STOP_STEP_S:  # names what a supervisor's kill timeout waited on
-        _log.warning("stopping: %s took %.1f s", name, took_s)
-    return cancelled
