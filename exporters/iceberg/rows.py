@@ -3,10 +3,11 @@
 A ``LakeRows`` flattens batches (``exporters.landing.flatten``), turns them
 into lake rows (``schema``) and streams them into one open data file per
 table and receive hour (and, in a ``metrics`` table partitioned by kind, per
-``metric_type``), in the table's ``data/`` directory through pyiceberg's
-FileIO (local disk or S3); ``write`` closes the files and reports them, and
-the exporter commits them. It runs in a worker process (``worker.py``) or,
-with ``workers = 0``, in a thread of the server; either way one lane handles
+``metric_type``, without the columns that kind never fills: ``ABSENT_BY_KIND``),
+in the table's ``data/`` directory through pyiceberg's FileIO (local disk or
+S3); ``write`` closes the files and reports them, and the exporter commits
+them. It runs in a worker process (``worker.py``) or, with ``workers = 0``, in
+a thread of the server; either way one lane handles
 its requests in order.
 """
 
@@ -44,11 +45,13 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "ABSENT_BY_KIND",
     "BatchReply",
     "LakeRows",
     "LaneConfig",
     "OpenFile",
     "WrittenFile",
+    "absent_columns",
     "landing_writer",
     "write_data_file",
 ]
@@ -90,6 +93,46 @@ ENCODINGS: Final = {
 }
 #: Columns written without a dictionary and without an ``ENCODINGS`` entry.
 _UNDICTIONARIED: Final = frozenset({"payload"})
+_EXPONENTIAL: Final = (
+    "exp_scale",
+    "exp_zero_count",
+    "exp_zero_threshold",
+    "exp_positive_offset",
+    "exp_positive_bucket_counts",
+    "exp_negative_offset",
+    "exp_negative_bucket_counts",
+)
+_HISTOGRAM: Final = ("count", "sum", "min", "max", "bucket_counts", "explicit_bounds")
+_SUMMARY: Final = ("quantiles", "quantile_values")
+#: Per ``metric_type``, the ``metrics`` columns its rows never fill (``otlp_rows``), and
+#: ``log_partition``, filled only from the pushes topic. A data file of one kind is
+#: written without those of them that are all null: Parquet encodes a null per row
+#: and column (its definition level), some 60 instructions a data point for each of
+#: the 16-20 such columns, while Iceberg reads a column a file lacks as null (the
+#: table's name mapping finds the others), as it does after a column is added.
+ABSENT_BY_KIND: Final[dict[str, tuple[str, ...]]] = {
+    "gauge": ("is_monotonic", *_HISTOGRAM, *_EXPONENTIAL, *_SUMMARY, "log_partition"),
+    "sum": (*_HISTOGRAM, *_EXPONENTIAL, *_SUMMARY, "log_partition"),
+    "histogram": ("value", "is_monotonic", *_EXPONENTIAL, *_SUMMARY, "log_partition"),
+    "exponential_histogram": (
+        "value",
+        "is_monotonic",
+        "bucket_counts",
+        "explicit_bounds",
+        *_SUMMARY,
+        "log_partition",
+    ),
+    "summary": (
+        "value",
+        "is_monotonic",
+        "min",
+        "max",
+        "bucket_counts",
+        "explicit_bounds",
+        *_EXPONENTIAL,
+        "log_partition",
+    ),
+}
 _payload: Final = operator.attrgetter("payload")
 _offset: Final = operator.attrgetter("offset")
 #: A push's fields but its offset, in order (a copy keyed by index: ``LoggedPush(i, *...)``).
@@ -264,6 +307,20 @@ def pieces_by_kind(rows: pa.Table) -> list[tuple[str, pa.Table]]:
     return pieces
 
 
+def absent_columns(kind: str, rows: pa.Table) -> tuple[str, ...]:
+    """The columns of ``ABSENT_BY_KIND[kind]`` that are all null in ``rows`` (of that kind).
+
+    Checked, not assumed: a column that holds a value stays, and the rows
+    then go to a file of their own (``LakeRows`` keys its files by these).
+    """
+    count = rows.num_rows
+    return tuple(
+        name
+        for name in ABSENT_BY_KIND.get(kind, ())
+        if rows.schema.get_field_index(name) >= 0 and rows.column(name).null_count == count
+    )
+
+
 def skip_oversized(
     pushes: list[LoggedPush], max_points: int, stats: FlattenStats
 ) -> list[LoggedPush]:
@@ -316,7 +373,8 @@ class LakeRows:
 
     config: LaneConfig
     row_group_rows: int = ROW_GROUP_ROWS
-    files: dict[tuple[str, int, str], OpenFile] = field(default_factory=dict)
+    #: Open data files by table, hour, kind and the columns they are written without.
+    files: dict[tuple[str, int, str, tuple[str, ...]], OpenFile] = field(default_factory=dict)
     streams: dict[str, Any] = field(default_factory=dict)  # location -> its output stream
     rows: int = 0
     written: int = 0
@@ -408,8 +466,10 @@ class LakeRows:
         by_kind = self.config.by_kind and name == METRICS_TABLE
         for hour, part in split_by_hour(table, hours_of(table.column("received_time"))):
             pieces = pieces_by_kind(part) if by_kind else [("", part)]
-            for kind, piece in pieces:
-                key = (name, hour, kind)
+            for kind, whole in pieces:
+                absent = absent_columns(kind, whole) if kind else ()
+                piece = whole.drop_columns(list(absent)) if absent else whole
+                key = (name, hour, kind, absent)
                 open_file = self.files.get(key)
                 if open_file is None:
                     open_file = self.files[key] = self._open(name, hour, kind, piece.schema)
