@@ -18,7 +18,7 @@ from exporters.api import TransientExportError
 from exporters.iceberg import IcebergExporter, commits
 from exporters.iceberg.lake import METRICS_PROPERTIES, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane
-from exporters.iceberg.rows import ABSENT_BY_KIND, absent_columns, write_data_file
+from exporters.iceberg.rows import ABSENT_BY_KIND, NEVER_NULL, file_layout, write_data_file
 from exporters.iceberg.schema import (
     INT64_MAX,
     METRICS_STATISTICS,
@@ -109,9 +109,12 @@ def test_a_kinds_data_files_lack_the_columns_it_never_fills_and_read_them_as_nul
     kinds = {t.file.partition[1] for t in tasks}
     assert kinds == {"gauge", "sum", "histogram"}
     for task in tasks:
-        names = set(pq.read_schema(task.file.file_path.removeprefix("file://")).names)
+        file_schema = pq.read_schema(task.file.file_path.removeprefix("file://"))
+        names = set(file_schema.names)
         kind = task.file.partition[1]
         assert not names & set(ABSENT_BY_KIND[kind]), kind
+        # Columns no row leaves null are required in the file: no definition levels.
+        assert {f.name for f in file_schema if not f.nullable} == set(NEVER_NULL), kind
         assert names >= {"time", "metric_name", "attributes", "node_id"}
         assert ("value" in names) == (kind != "histogram")
         assert ("bucket_counts" in names) == (kind == "histogram")
@@ -128,10 +131,16 @@ def test_a_kinds_data_files_lack_the_columns_it_never_fills_and_read_them_as_nul
 
 
 def test_a_column_its_kind_never_fills_is_kept_when_it_holds_a_value() -> None:
-    gauges = pa.table({"value": [1.0, 2.0], "count": pa.array([None, 3], pa.int64())})
-    assert "count" not in absent_columns("gauge", gauges)
-    assert absent_columns("gauge", gauges.slice(0, 1)) == ("count",)
-    assert absent_columns("exponential", gauges) == ()  # no such kind: nothing left out
+    gauges = pa.table(
+        {
+            "time": pa.array([1, None], pa.int64()),
+            "value": [1.0, 2.0],
+            "count": pa.array([None, 3], pa.int64()),
+        }
+    )
+    assert file_layout("gauge", gauges) == ((), ())  # a count kept, a null time optional
+    assert file_layout("gauge", gauges.slice(0, 1)) == (("count",), ("time",))
+    assert file_layout("exponential", gauges.slice(0, 1)) == ((), ("time",))  # no such kind
 
 
 def test_node_id_is_decoded_from_the_attributes_once(tmp_path: Path) -> None:
