@@ -334,7 +334,6 @@ NEVER_NULL: Final = (
     "time",
     "received_time",
     "client_instance_id",
-    "client_source_address",
     "metric_name",
     "metric_type",
     "temporality",
