@@ -217,11 +217,11 @@ def landing_writer(
     """A Parquet writer with the landing's encodings, for a path or a writable stream.
 
     zstd; byte-stream split for the measured values (``value``, ``sum``,
-    ``min``, ``max``), delta encoding for the push offsets and bucket
-    counts, plain strings for ``node_id``, and dictionaries for every other
-    column except a raw ``payload``: measured values rarely repeat while
-    everything else does. Delta and plain are the cheaper encodings where
-    zstd finds the repeats anyway (``ENCODINGS``).
+    ``min``, ``max``), delta encoding for the times, push offsets and bucket
+    counts, plain ``node_id`` and push sizes (``ENCODINGS``), and
+    dictionaries for every other column except a raw ``payload``: measured
+    values rarely repeat while everything else does, and where zstd finds
+    the repeats anyway, delta and plain cost less than hashing every value.
 
     A schema with Arrow dictionaries (``lake_encoded_schema``, the lanes'
     rows) is written without the Arrow schema in the file, so every reader
