@@ -22,6 +22,7 @@ out and counted), never wrapped to a negative number.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
@@ -142,15 +143,18 @@ def _node_ids(attributes: pa.ChunkedArray) -> pa.Array:
         return pa.nulls(rows, pa.string())
     # Hits per row: the running count of hits, read at each row's first and last entry.
     running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(hit.cast(pa.int64()))])
-    per_row = pc.subtract(
-        pc.take(running, offsets.slice(1)), pc.take(running, offsets.slice(0, rows))
-    )
+    per_row = pc.subtract(_take(running, offsets.slice(1)), _take(running, offsets.slice(0, rows)))
     if pc.max(per_row).as_py() > 1:
         return _node_ids_sorted(maps, rows)
     found = pc.greater(per_row, 0)
     ordinal = pc.subtract(pc.cumulative_sum(found.cast(pa.int64())), pa.scalar(1, pa.int64()))
     index = pc.if_else(found, ordinal, pa.scalar(None, pa.int64()))
-    return pc.take(values.filter(hit), index)
+    return _take(values.filter(hit), index)
+
+
+def _take(values: pa.Array, index: pa.Array) -> pa.Array:
+    """``values[index]`` for an index computed above (in bounds): Arrow's check skipped."""
+    return pc.take(values, index, boundscheck=False)
 
 
 def _node_ids_sorted(maps: pa.MapArray, rows: int) -> pa.Array:
@@ -221,15 +225,20 @@ def to_lake_rows(
     schema = lake_encoded_schema() if encoded else lake_metrics_schema()
     per_push = [pa.nulls(table.num_rows, schema.field(name).type) for name in _PER_PUSH]
     if pushes is not None:
-        offsets = pa.array([p.offset for p in pushes], pa.int64())
+        numbers = [p.offset for p in pushes]
+        offsets = pa.array(numbers, pa.int64())
         index = table.column("push_offset")
         if keyed:
             where = table.schema.get_field_index("push_offset")
             table = table.set_column(where, "push_offset", pc.take(offsets, index))
+        elif _consecutive(numbers):  # a local log's batch: no hashing of each row's offset
+            index = pc.subtract(index, pa.scalar(numbers[0], pa.int64()))
         else:  # one log: its offsets are unique
             index = pc.index_in(index, value_set=offsets)
         per_push = [
-            pc.take(pa.array(values, schema.field(name).type), index)
+            pa.nulls(table.num_rows, schema.field(name).type)
+            if values.count(None) == len(values)
+            else pc.take(pa.array(values, schema.field(name).type), index)
             for name, values in zip(
                 _PER_PUSH, _per_push_values(pushes, partitioned=partitioned), strict=True
             )
@@ -241,10 +250,19 @@ def to_lake_rows(
     node = _constant(ingest_node, table.num_rows)
     if encoded:
         zeros = pa.repeat(pa.scalar(0, pa.int32()), table.num_rows)
-        node = pa.DictionaryArray.from_arrays(zeros, pa.array([ingest_node], pa.string()))
+        node = pa.DictionaryArray.from_arrays(
+            zeros, pa.array([ingest_node], pa.string()), safe=False
+        )
     arrays.append(node)
     arrays.extend(per_push)
     return pa.Table.from_arrays(arrays, schema=schema), refused
+
+
+def _consecutive(offsets: list[int]) -> bool:
+    """Whether ``offsets`` are ``first, first + 1, ...``: each row's push is then its offset's."""
+    return not offsets or (
+        offsets[-1] - offsets[0] == len(offsets) - 1 and all(map(operator.lt, offsets, offsets[1:]))
+    )
 
 
 #: The ``metrics`` columns a push decides, past ``metrics_schema``'s (``_per_push_values``).

@@ -193,10 +193,20 @@ def _map(lists: Any) -> Any:
     if ints.null_count == len(ints):
         text = strings
     elif strings.null_count == len(strings):
-        text = ints.cast(pa.string())
+        text = _as_text(ints)
     else:
-        text = pc.coalesce(strings, ints.cast(pa.string()))
+        text = pc.coalesce(strings, _as_text(ints))
     return pa.MapArray.from_arrays(offsets, pc.struct_field(items, "key"), text)
+
+
+def _as_text(ints: Any) -> Any:
+    """Integer attribute values as text, each distinct value formatted once.
+
+    They repeat (librdkafka's are broker ids and partitions): hashing them and
+    formatting the distinct ones cost a third less than formatting every one.
+    """
+    encoded = pc.dictionary_encode(ints)
+    return _take(encoded.dictionary.cast(pa.string()), encoded.indices)
 
 
 def _marked(lists: Any) -> Any:
@@ -312,8 +322,8 @@ def _flatten(
     rm, rm_push = _children(batch.column("resource_metrics"))
     sm, sm_rm = _children(pc.struct_field(rm, "scope_metrics"))
     metric, metric_sm = _children(pc.struct_field(sm, "metrics"))
-    sm_push = pc.take(rm_push, sm_rm)
-    metric_push = pc.take(sm_push, metric_sm)
+    sm_push = _take(rm_push, sm_rm)
+    metric_push = _take(sm_push, metric_sm)
 
     gauge, sums = pc.struct_field(metric, "gauge"), pc.struct_field(metric, "sum")
     hist = pc.struct_field(metric, "histogram")
@@ -346,7 +356,7 @@ def _flatten(
     point, point_metric = _points(gauge_points, sum_points, hist_points, by_kind=by_kind)
     decoded_attributes = point.pop("decoded_attributes")
     decoded_metric = point.pop("decoded_metric")
-    point_push = pc.take(metric_push, point_metric)
+    point_push = _take(metric_push, point_metric)
     resource_attributes = pc.struct_field(pc.struct_field(rm, "resource"), "attributes")
     res_items, res_parent = _children(resource_attributes)
     identity_in_resource = pc.is_in(pc.struct_field(res_items, "key"), pa.array(_IDENTITY_KEYS))
@@ -360,9 +370,9 @@ def _flatten(
             point_push.filter(
                 pc.and_(pc.is_valid(point["as_double"]), pc.is_valid(point["as_int"]))
             ),
-            pc.take(metric_push, pc.take(decoded_metric, _odd_attributes(decoded_attributes))),
-            pc.take(rm_push, _odd_attributes(resource_attributes)),
-            pc.take(rm_push, res_parent.filter(identity_in_resource)),
+            _take(metric_push, _take(decoded_metric, _odd_attributes(decoded_attributes))),
+            _take(rm_push, _odd_attributes(resource_attributes)),
+            _take(rm_push, res_parent.filter(identity_in_resource)),
         ]
     )
     left_out = sorted(set(pc.unique(odd_pushes).to_pylist()))
@@ -388,7 +398,7 @@ def _flatten(
     # push's 60 rows share one copy of its client's strings, which Parquet's
     # dictionary encoding then writes without hashing them row by row.
     point_sm = per_metric(metric_sm)
-    point_rm = pc.take(sm_rm, point_sm)
+    point_rm = _take(sm_rm, point_sm)
     scope = pc.struct_field(sm, "scope")
     columns: dict[str, Any] = {
         "time": ns_to_us(time_ns),
@@ -423,9 +433,9 @@ def _marked_elsewhere(
     """
     scope_attributes = pc.struct_field(pc.struct_field(sm, "scope"), "attributes")
     return [
-        pc.take(metric_push, _marked_lists(pc.struct_field(metric, "metadata"))),
-        pc.take(sm_push, _marked_lists(scope_attributes)),
-        *(pc.take(metric_push, _exemplars_marked(points)) for points in lists),
+        _take(metric_push, _marked_lists(pc.struct_field(metric, "metadata"))),
+        _take(sm_push, _marked_lists(scope_attributes)),
+        *(_take(metric_push, _exemplars_marked(points)) for points in lists),
     ]
 
 
@@ -436,7 +446,7 @@ def _exemplars_marked(points: Any) -> Any:
     if not len(exemplars):
         return pa.array([], parents.type)
     marked = _marked_lists(pc.struct_field(exemplars, "filtered_attributes"))
-    return pc.take(parents, pc.take(exemplar_point, marked))
+    return _take(parents, _take(exemplar_point, marked))
 
 
 _NUMBER_FIELDS: Final = ("as_double", "as_int")
@@ -510,13 +520,13 @@ def _points(
     # Only fields some part has are gathered: a push without histograms moves
     # no histogram column.
     fields = {
-        name: pc.take(pa.concat_arrays([field(v, name) for v, _ in sources]), gather)
+        name: _take(pa.concat_arrays([field(v, name) for v, _ in sources]), gather)
         if any(v.type.get_field_index(name) >= 0 for v, _ in parts)
         else pa.nulls(rows, types[name])
         for name in _POINT_FIELDS
         if name != "attributes"
     }
-    fields["attributes"] = pc.take(_map(attributes), gather)
+    fields["attributes"] = _take(_map(attributes), gather)
     fields["decoded_attributes"] = attributes
     fields["decoded_metric"] = pa.concat_arrays([p for _, p in sources])
     return fields, point_metric
@@ -546,7 +556,7 @@ def _gather(lists: Sequence[Any], sizes: Sequence[int]) -> tuple[Any, Any]:
     point_metric = pc.list_parent_indices(pa.LargeListArray.from_arrays(offsets, pa.nulls(rows)))
     ones = pa.repeat(pa.scalar(1, int64), rows)
     rank = pc.subtract(pc.cumulative_sum(ones), pa.scalar(1, int64))
-    return pc.add(pc.take(shift, point_metric), rank), point_metric
+    return pc.add(_take(shift, point_metric), rank), point_metric
 
 
 def _times(
@@ -558,7 +568,7 @@ def _times(
     unset = pc.equal(time_ns, zero)
     stats.missing_times = pc.sum(unset.cast(pa.int64())).as_py() or 0
     if stats.missing_times:
-        time_ns = pc.if_else(unset, pc.take(received_ns, point_push), time_ns)
+        time_ns = pc.if_else(unset, _take(received_ns, point_push), time_ns)
     start_ns = point["start_time_unix_nano"]
     start_ns = pc.if_else(pc.equal(start_ns, zero), pa.scalar(None, pa.uint64()), start_ns)
     return time_ns, start_ns
@@ -671,7 +681,7 @@ def _per_push_columns(pushes: Sequence[LoggedPush], point_push: Any) -> tuple[di
         "received_time": per_row(ns_to_us(received_ns)),
         "push_offset": per_row(pa.array(context["offset"], pa.int64())),
     }
-    as_indices = _taker(point_push.cast(pa.int32()))
+    as_indices = _taker(pc.cast(point_push, pa.int32(), safe=False))  # < 2**31 pushes
     for name, kind in _CONTEXT:
         values = pa.array(context[name], kind)
         columns[name] = _per_row(values, as_indices) if kind == pa.string() else per_row(values)
@@ -725,18 +735,27 @@ def _taker(index: Any) -> Callable[[Any], Any]:
     """``values`` → ``values[index]``; with no index, ``values`` themselves."""
     if index is None:
         return lambda values: values
-    return lambda values: pc.take(values, index)
+    return lambda values: _take(values, index)
+
+
+def _take(values: Any, index: Any) -> Any:
+    """``values[index]`` for an index this module computed (a parent's, a rank): in bounds.
+
+    Arrow checks every index against the values otherwise, and the dictionaries'
+    indices likewise (``safe=False`` below): a tenth of the flattening.
+    """
+    return pc.take(values, index, boundscheck=False)
 
 
 def _coded(codes: Any, per_row: Callable[[Any], Any], names: pa.Array) -> pa.DictionaryArray:
     """Per row, ``names[per_row(codes)]``, as a dictionary column over ``names``."""
-    return pa.DictionaryArray.from_arrays(per_row(codes), names)
+    return pa.DictionaryArray.from_arrays(per_row(codes), names, safe=False)
 
 
 def _per_row(strings: Any, per_row: Callable[[Any], Any]) -> pa.DictionaryArray:
     """``per_row(strings)`` as a dictionary column: the strings are encoded once, not per row."""
     encoded = pc.dictionary_encode(strings)
-    return pa.DictionaryArray.from_arrays(per_row(encoded.indices), encoded.dictionary)
+    return pa.DictionaryArray.from_arrays(per_row(encoded.indices), encoded.dictionary, safe=False)
 
 
 def _resource_maps(attributes: Any, point_rm: Any) -> Any:
@@ -746,4 +765,4 @@ def _resource_maps(attributes: Any, point_rm: Any) -> Any:
         empty = pa.array([], pa.string())
         offsets = pa.repeat(pa.scalar(0, pa.int32()), rows + 1)
         return pa.MapArray.from_arrays(offsets, empty, empty)
-    return pc.take(_map(attributes), point_rm)
+    return _take(_map(attributes), point_rm)

@@ -18,10 +18,17 @@ from exporters.api import TransientExportError
 from exporters.iceberg import IcebergExporter, commits
 from exporters.iceberg.lake import METRICS_PROPERTIES, open_catalog, open_table
 from exporters.iceberg.lanes import ProcessLane
-from exporters.iceberg.rows import write_data_file
-from exporters.iceberg.schema import INT64_MAX, METRICS_STATISTICS, lake_metrics_schema
+from exporters.iceberg.rows import ABSENT_BY_KIND, NEVER_NULL, file_layout, write_data_file
+from exporters.iceberg.schema import (
+    INT64_MAX,
+    METRICS_STATISTICS,
+    lake_metrics_schema,
+    to_lake_rows,
+)
 from exporters.iceberg.settings import LakeLocation, lake_location
+from exporters.landing.flatten import reference_table
 from exporters.otlp_rows import COLUMNS
+from report.lake import table_view
 from tests.exporters.old_parquet import publish_old
 from tests.exporters.support import PRODUCER_PUSH, T0, T1, kv, payload, push, run_exporter
 
@@ -89,6 +96,51 @@ def test_the_schema_contract_columns_types_partitioning_and_sort(tmp_path: Path)
     sums = list(table.scan(row_filter="metric_type = 'sum'").plan_files())
     assert [t.file.partition[1] for t in sums] == ["sum"]
     assert len(list(table.scan().plan_files())) == len(set(rows.column("metric_type").to_pylist()))
+
+
+def test_a_kinds_data_files_lack_the_columns_it_never_fills_and_read_them_as_null(
+    tmp_path: Path,
+) -> None:
+    # Gauges and sums (librdkafka) and a histogram, each kind in its own file.
+    pushes = [push(PRODUCER_PUSH.read_bytes(), offset=0), push(_histogram(5, [2, 3]), offset=1)]
+    exporter = run(tmp_path, [pushes])
+    table = open_catalog(exporter.location).load_table(("kip714", "metrics"))
+    tasks = list(table.scan().plan_files())
+    kinds = {t.file.partition[1] for t in tasks}
+    assert kinds == {"gauge", "sum", "histogram"}
+    for task in tasks:
+        file_schema = pq.read_schema(task.file.file_path.removeprefix("file://"))
+        names = set(file_schema.names)
+        kind = task.file.partition[1]
+        assert not names & set(ABSENT_BY_KIND[kind]), kind
+        # Columns no row leaves null are required in the file: no definition levels.
+        assert {f.name for f in file_schema if not f.nullable} == set(NEVER_NULL), kind
+        assert names >= {"time", "metric_name", "attributes", "node_id"}
+        assert ("value" in names) == (kind != "histogram")
+        assert ("bucket_counts" in names) == (kind == "histogram")
+    # Read through the table, the rows are the reference flattener's, every column.
+    flat, _, _ = reference_table(pushes)
+    expected, _ = to_lake_rows(flat, exporter.node_id, pushes=pushes)
+    landed = scan(exporter)
+    assert landed.schema.names == expected.schema.names
+    order = [("push_offset", "ascending"), ("metric_name", "ascending"), ("time", "ascending")]
+    assert landed.sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
+    # And through the report's dataset view (pyarrow reading the files themselves).
+    view = table_view(table).to_table()
+    assert view.sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
+
+
+def test_a_column_its_kind_never_fills_is_kept_when_it_holds_a_value() -> None:
+    gauges = pa.table(
+        {
+            "time": pa.array([1, None], pa.int64()),
+            "value": [1.0, 2.0],
+            "count": pa.array([None, 3], pa.int64()),
+        }
+    )
+    assert file_layout("gauge", gauges) == ((), ())  # a count kept, a null time optional
+    assert file_layout("gauge", gauges.slice(0, 1)) == (("count",), ("time",))
+    assert file_layout("exponential", gauges.slice(0, 1)) == ((), ("time",))  # no such kind
 
 
 def test_node_id_is_decoded_from_the_attributes_once(tmp_path: Path) -> None:

@@ -85,3 +85,24 @@ def test_a_lanes_data_file_reads_as_plain_lake_rows(tmp_path: Path) -> None:
     rows, _ = to_lake_rows(flat, "n", pushes=pushes)
     order = [("push_offset", "ascending"), ("metric_name", "ascending"), ("time", "ascending")]
     assert read.sort_by(order).to_pylist() == rows.sort_by(order).to_pylist()
+
+
+def test_each_row_gets_its_pushs_sizes_whether_the_offsets_run_on_or_skip() -> None:
+    # Consecutive offsets (a local log's batch) are subtracted, others looked up.
+    data = PRODUCER_PUSH.read_bytes()
+    for offsets in ([4, 5, 6], [4, 9, 30], [6, 5, 4]):
+        pushes = [
+            push(data, offset=o, received_bytes=100 + i, decoded_bytes=1000 + i)
+            for i, o in enumerate(offsets)
+        ]
+        flat, _, _ = reference_table(pushes)
+        rows, _ = to_lake_rows(flat, "n", pushes=pushes)
+        sizes = {o: (100 + i, 1000 + i) for i, o in enumerate(offsets)}
+        got = zip(
+            rows["push_offset"].to_pylist(),
+            rows["push_bytes"].to_pylist(),
+            rows["push_decoded_bytes"].to_pylist(),
+            strict=True,
+        )
+        assert {(o, b, d) for o, b, d in got} == {(o, *sizes[o]) for o in offsets}
+        assert rows["log_partition"].null_count == rows.num_rows
