@@ -94,6 +94,27 @@ __all__ = [
 Columns = dict[str, list[Any]]
 """Column name → one value per row; every list has the same length."""
 
+#: The columns only rows of some kinds fill (a kind's data files leave the others out:
+#: ``exporters.iceberg.rows.ABSENT_BY_KIND``).
+HISTOGRAM_COLUMNS: tuple[str, ...] = (
+    "count",
+    "sum",
+    "min",
+    "max",
+    "bucket_counts",
+    "explicit_bounds",
+)
+EXPONENTIAL_COLUMNS: tuple[str, ...] = (
+    "exp_scale",
+    "exp_zero_count",
+    "exp_zero_threshold",
+    "exp_positive_offset",
+    "exp_positive_bucket_counts",
+    "exp_negative_offset",
+    "exp_negative_bucket_counts",
+)
+SUMMARY_COLUMNS: tuple[str, ...] = ("quantiles", "quantile_values")
+
 COLUMNS: tuple[str, ...] = (
     "time",
     "start_time",
@@ -110,21 +131,9 @@ COLUMNS: tuple[str, ...] = (
     "is_monotonic",
     "unit",
     "value",
-    "count",
-    "sum",
-    "min",
-    "max",
-    "bucket_counts",
-    "explicit_bounds",
-    "exp_scale",
-    "exp_zero_count",
-    "exp_zero_threshold",
-    "exp_positive_offset",
-    "exp_positive_bucket_counts",
-    "exp_negative_offset",
-    "exp_negative_bucket_counts",
-    "quantiles",
-    "quantile_values",
+    *HISTOGRAM_COLUMNS,
+    *EXPONENTIAL_COLUMNS,
+    *SUMMARY_COLUMNS,
     "attributes",
     "resource_attributes",
     "scope_name",

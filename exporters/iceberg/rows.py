@@ -36,7 +36,13 @@ from exporters.iceberg.schema import (
 )
 from exporters.landing.flatten import flatten_to_table
 from exporters.landing.schema import hours_of, pushes_table, split_by_hour
-from exporters.otlp_rows import FlattenStats, count_data_points
+from exporters.otlp_rows import (
+    EXPONENTIAL_COLUMNS,
+    HISTOGRAM_COLUMNS,
+    SUMMARY_COLUMNS,
+    FlattenStats,
+    count_data_points,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -101,17 +107,6 @@ ENCODINGS: Final = {
 }
 #: Columns written without a dictionary and without an ``ENCODINGS`` entry.
 _UNDICTIONARIED: Final = frozenset({"payload"})
-_EXPONENTIAL: Final = (
-    "exp_scale",
-    "exp_zero_count",
-    "exp_zero_threshold",
-    "exp_positive_offset",
-    "exp_positive_bucket_counts",
-    "exp_negative_offset",
-    "exp_negative_bucket_counts",
-)
-_HISTOGRAM: Final = ("count", "sum", "min", "max", "bucket_counts", "explicit_bounds")
-_SUMMARY: Final = ("quantiles", "quantile_values")
 #: Per ``metric_type``, the ``metrics`` columns its rows never fill (``otlp_rows``), and
 #: ``log_partition``, filled only from the pushes topic. A data file of one kind is
 #: written without those of them that are all null: Parquet encodes a null per row
@@ -119,15 +114,21 @@ _SUMMARY: Final = ("quantiles", "quantile_values")
 #: the 16-20 such columns, while Iceberg reads a column a file lacks as null (the
 #: table's name mapping finds the others), as it does after a column is added.
 ABSENT_BY_KIND: Final[dict[str, tuple[str, ...]]] = {
-    "gauge": ("is_monotonic", *_HISTOGRAM, *_EXPONENTIAL, *_SUMMARY, "log_partition"),
-    "sum": (*_HISTOGRAM, *_EXPONENTIAL, *_SUMMARY, "log_partition"),
-    "histogram": ("value", "is_monotonic", *_EXPONENTIAL, *_SUMMARY, "log_partition"),
+    "gauge": (
+        "is_monotonic",
+        *HISTOGRAM_COLUMNS,
+        *EXPONENTIAL_COLUMNS,
+        *SUMMARY_COLUMNS,
+        "log_partition",
+    ),
+    "sum": (*HISTOGRAM_COLUMNS, *EXPONENTIAL_COLUMNS, *SUMMARY_COLUMNS, "log_partition"),
+    "histogram": ("value", "is_monotonic", *EXPONENTIAL_COLUMNS, *SUMMARY_COLUMNS, "log_partition"),
     "exponential_histogram": (
         "value",
         "is_monotonic",
         "bucket_counts",
         "explicit_bounds",
-        *_SUMMARY,
+        *SUMMARY_COLUMNS,
         "log_partition",
     ),
     "summary": (
@@ -137,7 +138,7 @@ ABSENT_BY_KIND: Final[dict[str, tuple[str, ...]]] = {
         "max",
         "bucket_counts",
         "explicit_bounds",
-        *_EXPONENTIAL,
+        *EXPONENTIAL_COLUMNS,
         "log_partition",
     ),
 }
